@@ -1,0 +1,122 @@
+"""What the harness hands an analyst and what it gets back.
+
+An analyst is any object with `name`, `kind` and `answer(task)`. The default one is a
+Pydantic AI agent (`analyst.agent`); calibration analysts script the same agent loop through
+`FunctionModel`. A factory named by `--analyst pkg.module:callable` receives `AnalystConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pytest_backintel.contract import AnalystAnswer, Refusal
+from stores.base import StoreSession
+
+__all__ = [
+    "Analyst",
+    "AnalystConfig",
+    "AnalystKind",
+    "AnalystLimits",
+    "AnalystRun",
+    "AnalystTask",
+    "AnalystTimeout",
+    "BudgetExceeded",
+    "CalibrationKey",
+    "Usage",
+]
+
+AnalystKind = Literal["model", "calibration", "custom", "replay"]
+
+
+@dataclass(frozen=True)
+class AnalystLimits:
+    """Per-trial limits, enforced through Pydantic AI usage limits and a wall-clock timer."""
+
+    max_requests: int = 30
+    max_tool_calls: int = 60
+    max_tokens: int | None = 400_000
+    wall_time_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class AnalystConfig:
+    """What a factory is given: the model to use and the limits to honour."""
+
+    model: str | None = None
+    """A Pydantic AI model string (`openai:gpt-5.1`), or None for no model."""
+    model_base_url: str | None = None
+    """An OpenAI-compatible server (Ollama, vLLM, llama.cpp); `model` is then its model name."""
+    limits: AnalystLimits = field(default_factory=AnalystLimits)
+
+
+@dataclass(frozen=True)
+class CalibrationKey:
+    """Oracle-side facts given only to calibration analysts, which are labelled as such.
+
+    A model analyst never receives one: `AnalystTask.calibration` is None for it.
+    """
+
+    check_sql: str | None
+    metric_units: dict[str, str]
+    metric_kinds: dict[str, str]
+    tolerances: dict[str, float]
+    """Absolute tolerance per metric (0 for exact kinds), so `perturbed` can step past it."""
+    refusal_concepts: list[str]
+    """One synonym per concept a useful refusal names."""
+    forbidden_metric: str | None
+
+
+@dataclass
+class AnalystTask:
+    """One trial: the question, a way to open the item's store, and limits."""
+
+    question: str
+    connect: Callable[[], StoreSession]
+    """Opens a fresh read-only connection to this item's store (and only this one)."""
+    store_label: str
+    """The opaque `backend:bi_…` name of the store."""
+    limits: AnalystLimits
+    calibration: CalibrationKey | None = None
+
+
+@dataclass
+class Usage:
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tool_calls: int = 0
+
+
+@dataclass
+class AnalystRun:
+    """What an analyst produced in one trial."""
+
+    output: AnalystAnswer | Refusal | None
+    usage: Usage = field(default_factory=Usage)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The message history in Pydantic AI's JSON form, for records and replay."""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    """`{"tool": name, "args": {...}}` in call order."""
+    error: str | None = None
+    """Set when the analyst failed to produce a contract answer."""
+
+
+class BudgetExceeded(Exception):
+    """A usage limit (requests, tool calls, tokens) stopped the analyst."""
+
+
+class AnalystTimeout(Exception):
+    """The wall-clock limit stopped the analyst."""
+
+
+@runtime_checkable
+class Analyst(Protocol):
+    name: str
+    kind: AnalystKind
+
+    def answer(self, task: AnalystTask) -> AnalystRun:
+        """Answer one question. Raise `BudgetExceeded` or `AnalystTimeout` for those limits;
+        any other exception is recorded as `analyst_error`."""
+        ...

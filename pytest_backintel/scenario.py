@@ -1,0 +1,172 @@
+"""The scenario model: one benchmark question, its data binding and what counts as right.
+
+Scenario files are YAML validated against `scenarios/scenario.schema.json`, generated from
+this model (`backintel schema`). Everything here is evaluator-owned: the analyst sees only
+`question` and the tools bound to its store.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "ColumnSpec",
+    "DatasetBinding",
+    "MetricKind",
+    "MetricSpec",
+    "RefusalSpec",
+    "Scenario",
+    "Split",
+]
+
+TextStep = Literal["strip", "casefold", "collapse_whitespace"]
+
+SLUG = r"^[a-z0-9][a-z0-9_.-]*$"
+
+
+class MetricKind(StrEnum):
+    """How a metric is compared: counts exact, currency to half a minor unit, ratios and
+    durations to 1e-6 absolute, text exact after normalisation, tables row by row."""
+
+    COUNT = "count"
+    CURRENCY = "currency"
+    RATIO = "ratio"
+    DURATION = "duration"
+    TEXT = "text"
+    TABLE = "table"
+
+
+class Split(StrEnum):
+    DEVELOPMENT = "development"
+    RESERVED = "reserved"
+    REGRESSION = "regression"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class ColumnSpec(_Strict):
+    """One column of a table metric."""
+
+    name: str = Field(min_length=1)
+    kind: Literal["count", "currency", "ratio", "duration", "text"]
+
+
+class MetricSpec(_Strict):
+    """A requested metric: reported exactly once, compared by its kind."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """The name the answer must use (snake_case)."""
+    kind: MetricKind
+    unit: str = Field(min_length=1)
+    """The declared unit, e.g. `orders`, `BRL`, `ratio`, `days`."""
+    description: str = ""
+    columns: list[ColumnSpec] = Field(default_factory=list)
+    """Table metrics only: the columns, each compared by its own kind."""
+    key: list[str] = Field(default_factory=list)
+    """Table metrics only: columns that identify a row."""
+    ordered: bool = False
+    """Table metrics only: whether row order is part of the answer."""
+    normalize: list[TextStep] = Field(default_factory=lambda: list[TextStep](["strip"]))
+    """Text values (and text cells): normalisations applied before exact comparison."""
+
+    @model_validator(mode="after")
+    def _table_fields(self) -> MetricSpec:
+        is_table = self.kind is MetricKind.TABLE
+        if is_table and not self.columns:
+            raise ValueError("a table metric needs `columns`")
+        if not is_table and (self.columns or self.key):
+            raise ValueError("`columns` and `key` belong to table metrics only")
+        names = {c.name for c in self.columns}
+        unknown = [k for k in self.key if k not in names]
+        if unknown:
+            raise ValueError(f"key columns {unknown} are not among the columns {sorted(names)}")
+        return self
+
+
+class RefusalSpec(_Strict):
+    """What a useful refusal of an unanswerable question must do."""
+
+    must_name: list[list[str]] = Field(min_length=1)
+    """Concepts the refusal must name: each inner list is one concept's synonyms; every
+    concept must be named by at least one synonym (whole words, case-insensitive)."""
+    forbidden_metric: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """The metric that cannot be computed and must not be given a value."""
+    conditions: str = Field(min_length=1)
+    """The documented missing-information condition that makes the question unanswerable."""
+
+    @model_validator(mode="after")
+    def _non_empty_synonyms(self) -> RefusalSpec:
+        for group in self.must_name:
+            if not group or any(not s.strip() for s in group):
+                raise ValueError("each concept in `must_name` needs at least one non-empty synonym")
+        return self
+
+
+class DatasetBinding(_Strict):
+    """The data a scenario is asked over."""
+
+    world: str = Field(pattern=SLUG)
+    """A registered dataset (e.g. `olist`): its generator, oracles and store files."""
+    snapshot: str = Field(default="base", pattern=SLUG)
+    """A named snapshot of the world (ambient replay binds a different one per scenario)."""
+
+
+class Scenario(_Strict):
+    """One benchmark question."""
+
+    id: str = Field(pattern=SLUG)
+    version: int = Field(ge=1)
+    title: str = Field(min_length=1)
+    question: str = Field(min_length=1)
+    """The only text the analyst is given."""
+    dataset: DatasetBinding
+    split: Split
+    level: int = Field(ge=1, le=7)
+    family: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """The question family, usable with `-k`."""
+    answerable: bool
+    metrics: list[MetricSpec] = Field(default_factory=list)
+    """Requested metrics (answerable scenarios)."""
+    refusal: RefusalSpec | None = None
+    """Unanswerable scenarios: what a useful refusal must do."""
+    check_sql: str | None = None
+    """A separately written SQLite query returning one column per metric; must agree with the
+    polars oracle at build time. The reference analyst cites it as evidence."""
+    oracle: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
+    """The oracle function's name (defaults to the id with `-` and `.` as `_`)."""
+
+    @model_validator(mode="after")
+    def _answerability(self) -> Scenario:
+        if self.answerable:
+            if not self.metrics:
+                raise ValueError("an answerable scenario needs at least one metric")
+            if self.refusal is not None:
+                raise ValueError("`refusal` belongs to unanswerable scenarios only")
+            if not self.check_sql:
+                raise ValueError("an answerable scenario needs `check_sql`")
+        else:
+            if self.refusal is None:
+                raise ValueError("an unanswerable scenario needs `refusal`")
+            if self.metrics:
+                raise ValueError(
+                    "an unanswerable scenario requests no metrics; name the "
+                    "forbidden one in `refusal.forbidden_metric`"
+                )
+        names = [m.name for m in self.metrics]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"metric names repeated: {dupes}")
+        return self
+
+    @property
+    def oracle_name(self) -> str:
+        return self.oracle or re.sub(r"[-.]", "_", self.id)
+
+    def metric(self, name: str) -> MetricSpec | None:
+        return next((m for m in self.metrics if m.name == name), None)
