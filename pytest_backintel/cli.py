@@ -1,0 +1,142 @@
+"""The `backintel` command: schema, data and reference builds, and scoring one answer by hand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from pytest_backintel.contract import AnalystAnswer, parse_answer
+from pytest_backintel.evidence import reexecute
+from pytest_backintel.loading import (
+    SCHEMA_PATH,
+    ScenarioFileError,
+    find_scenarios,
+    load_scenario_file,
+    render_json_schema,
+)
+
+__all__ = ["main"]
+
+
+def _schema(args: argparse.Namespace) -> int:
+    text = render_json_schema()
+    if args.check:
+        current = SCHEMA_PATH.read_text() if SCHEMA_PATH.exists() else ""
+        if current != text:
+            print(f"{SCHEMA_PATH} is out of date: run `backintel schema`", file=sys.stderr)
+            return 1
+        print(f"{SCHEMA_PATH} is up to date")
+        return 0
+    SCHEMA_PATH.write_text(text)
+    print(f"wrote {SCHEMA_PATH}")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    bad = 0
+    for name in args.files:
+        try:
+            load_scenario_file(Path(name))
+        except ScenarioFileError as exc:
+            print(exc, file=sys.stderr)
+            bad += 1
+    return 1 if bad else 0
+
+
+def _data_build(args: argparse.Namespace) -> int:
+    from scenarios.worlds import data_dir, get_world
+
+    world = get_world(args.world)
+    files = world.ensure_built(data_dir())
+    print(f"{args.world}: {files.parquet_dir} (data hash {world.data_hash(files)})")
+    return 0
+
+
+def _references_build(args: argparse.Namespace) -> int:
+    from scenarios.references import build_all
+
+    build_all(write=not args.check)
+    return 0
+
+
+def _score(args: argparse.Namespace) -> int:
+    """Score one hand-written answer against one scenario, as a trial would."""
+    from scenarios.worlds import data_dir, get_world
+    from stores.registry import load_store_class
+
+    from pytest_backintel.scoring import score_answer
+
+    scenarios = find_scenarios()
+    if args.case not in scenarios:
+        print(f"unknown case {args.case!r}; known: {', '.join(sorted(scenarios))}",
+              file=sys.stderr)
+        return 2
+    scenario = scenarios[args.case][1]
+    try:
+        output = parse_answer(Path(args.answer).read_bytes())
+    except ValidationError as exc:
+        print(f"{args.answer}: not a contract answer:\n{exc}", file=sys.stderr)
+        return 2
+    world = get_world(scenario.dataset.world)
+    files = world.ensure_built(data_dir(), snapshot=scenario.dataset.snapshot)
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = load_store_class(args.store)(Path(tmp))
+        backend.setup_session()
+        store = backend.provision(files)
+        try:
+            evidence = (reexecute(output, scenario, store)
+                        if isinstance(output, AnalystAnswer) else [])
+        finally:
+            store.teardown()
+            backend.teardown_session()
+    from scenarios.references import reference_for
+
+    reference = reference_for(scenario, world.data_hash(files)) if scenario.answerable else {}
+    score = score_answer(scenario, output, evidence, reference)
+    print(json.dumps({
+        "case": scenario.id, "outcome": score.outcome.value,
+        "reasons": [r.message for r in score.reasons],
+        "evidence": [e.to_json() for e in evidence],
+    }, indent=2, default=str))
+    return 0 if score.outcome.passed else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="backintel", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("schema", help="write scenarios/scenario.schema.json from the model")
+    p.add_argument("--check", action="store_true", help="fail if the committed schema differs")
+    p.set_defaults(func=_schema)
+    p = sub.add_parser("validate", help="validate scenario files")
+    p.add_argument("files", nargs="+")
+    p.set_defaults(func=_validate)
+    data = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
+    p = data.add_parser("build", help="generate a world's Parquet and SQLite files")
+    p.add_argument("--world", default="olist")
+    p.set_defaults(func=_data_build)
+    refs = sub.add_parser("references", help="evaluator-owned references").add_subparsers(
+        dest="refs_cmd", required=True)
+    p = refs.add_parser("build", help="compute references with oracles, cross-check with SQL")
+    p.add_argument("--check", action="store_true", help="verify without writing")
+    p.set_defaults(func=_references_build)
+    p = sub.add_parser("score", help="score one answer (JSON) for one case")
+    p.add_argument("--case", required=True, help="scenario id")
+    p.add_argument("--store", default="sqlite", help="store backend to re-execute evidence on")
+    p.add_argument("answer", help="the answer's JSON file")
+    p.set_defaults(func=_score)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,151 @@
+"""Scenario files become pytest items: one per scenario and trial, with markers and keywords."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _pytest._code.code import TerminalRepr
+from _pytest._io import TerminalWriter
+
+from pytest_backintel.loading import ScenarioFileError, load_scenario_file
+from pytest_backintel.scenario import Scenario
+from pytest_backintel.trial import TrialResult
+
+__all__ = ["ScenarioFailure", "ScenarioFile", "ScenarioItem", "is_scenario_file", "markers_for"]
+
+SUFFIX = ".scenario.yaml"
+
+
+def is_scenario_file(name: str) -> bool:
+    return name.endswith(SUFFIX)
+
+
+def store_marker(backend: str) -> str:
+    """`store_<backend>` with dashes as underscores, usable in `-m` expressions."""
+    return "store_" + backend.replace("-", "_").replace(":", "_").replace("+", "_")
+
+
+def markers_for(scenario: Scenario, backend: str) -> list[str]:
+    return [
+        scenario.split.value,
+        "answerable" if scenario.answerable else "unanswerable",
+        f"level{scenario.level}",
+        store_marker(backend),
+    ]
+
+
+class ScenarioFile(pytest.File):
+    """A `*.scenario.yaml` file: validated, then one item per trial."""
+
+    def collect(self) -> Iterator[ScenarioItem]:
+        from pytest_backintel.session import SESSION_KEY
+
+        bench = self.config.stash[SESSION_KEY]
+        scenario = load_scenario_file(self.path)
+        sha = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        for trial in range(1, bench.options.trials + 1):
+            yield ScenarioItem.from_scenario(self, scenario, trial, sha, bench.options.store)
+
+    def repr_failure(
+        self,
+        excinfo: pytest.ExceptionInfo[BaseException],
+        style: Any = None,
+    ) -> str | TerminalRepr:
+        if isinstance(excinfo.value, ScenarioFileError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class ScenarioFailure(Exception):
+    """A scored trial that did not pass; rendered by `ScenarioItem.repr_failure`."""
+
+    def __init__(self, result: TrialResult) -> None:
+        self.result = result
+        super().__init__(result.score.outcome.value)
+
+
+def _scenario_test(request: pytest.FixtureRequest, backintel_store: Any) -> None:
+    """The body of every scenario item: hand off to the bench session."""
+    from pytest_backintel.session import SESSION_KEY
+
+    item = request.node
+    assert isinstance(item, ScenarioItem)
+    request.config.stash[SESSION_KEY].run_item(item, backintel_store)
+
+
+class ScenarioItem(pytest.Function):
+    """One trial of one scenario; fixtures are resolved by pytest from `_scenario_test`."""
+
+    scenario: Scenario
+    trial: int
+    scenario_sha: str
+
+    @classmethod
+    def from_scenario(
+        cls, parent: ScenarioFile, scenario: Scenario, trial: int, sha: str, backend: str
+    ) -> ScenarioItem:
+        item: ScenarioItem = cls.from_parent(
+            parent,
+            name=f"{scenario.id}[t{trial}]",
+            callobj=_scenario_test,
+            originalname=scenario.id,
+        )
+        item.scenario, item.trial, item.scenario_sha = scenario, trial, sha
+        for name in markers_for(scenario, backend):
+            item.add_marker(name)
+        item.extra_keyword_matches.add(scenario.family)
+        return item
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return (
+            self.path,
+            0,
+            f"scenario {self.scenario.id} v{self.scenario.version} trial {self.trial}",
+        )
+
+    def repr_failure(
+        self,
+        excinfo: pytest.ExceptionInfo[BaseException],
+        style: Any = None,
+    ) -> str | TerminalRepr:
+        if isinstance(excinfo.value, ScenarioFailure):
+            return FailureRepr(excinfo.value.result)
+        return super().repr_failure(excinfo)
+
+
+class FailureRepr(TerminalRepr):
+    """Question, outcome, each metric's expected/got/tolerance/evidence, and the evidence."""
+
+    def __init__(self, result: TrialResult) -> None:
+        self.result = result
+
+    def toterminal(self, tw: TerminalWriter) -> None:
+        for line in render_failure(self.result):
+            tw.line(line)
+
+
+def render_failure(result: TrialResult) -> list[str]:
+    score, scenario = result.score, result.scenario
+    lines = [
+        f"outcome: {score.outcome.value}",
+        f"question: {scenario.question.strip()}",
+        f"store: {result.store_label}",
+    ]
+    for check in score.checks:
+        lines.append(
+            f"metric {check.name} ({check.kind}): expected {check.expected!r}, got {check.got!r}, "
+            f"tolerance {check.tolerance:g}, value {'ok' if check.value_ok else 'WRONG'}, "
+            f"evidence {'reproduced' if check.evidence_ok else 'NOT reproduced'}"
+        )
+    lines += [f"- {r.outcome.value}: {r.message}" for r in score.reasons]
+    run = result.run
+    if run is not None and run.output is not None:
+        lines.append(f"answer: {run.output.model_dump_json()}")
+    for ev in result.evidence:
+        state = "reproduced" if ev.ok else (ev.error or "did not reproduce")
+        lines.append(f"evidence {ev.id} ({ev.kind}, cites {ev.cited}): {state}")
+        lines += ["    " + code_line for code_line in ev.code.strip().splitlines()]
+    return lines

@@ -1,0 +1,161 @@
+"""Evidence re-execution: run every cited program again and see whether it reproduces the answer.
+
+SQL evidence runs on a fresh read-only connection to the item's store; its result must have a
+column named exactly as each metric it cites (one row for scalar metrics, the rows themselves
+for a table metric). Python evidence runs in a fresh sandbox and prints a JSON object of values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from pytest_backintel.contract import AnalystAnswer, Evidence
+from pytest_backintel.scenario import MetricKind, Scenario
+from pytest_backintel.tolerance import compare_metric
+from stores.base import ProvisionedStore, QueryError, QueryResult
+
+__all__ = [
+    "EVIDENCE_MAX_ROWS",
+    "EvidenceResult",
+    "PythonRunner",
+    "reexecute",
+    "values_from_result",
+]
+
+EVIDENCE_MAX_ROWS = 10_000
+"""Re-execution reads up to this many rows (table metrics); more means unsupported."""
+
+PythonRunner = Callable[[str], Mapping[str, Any]]
+"""Runs Python evidence in a fresh sandbox; returns the printed JSON object or raises
+`EvidenceRunError` with a readable reason (limit hit, no JSON, crash)."""
+
+
+class EvidenceRunError(Exception):
+    """Evidence could not be run to completion; the message says why."""
+
+
+@dataclass
+class EvidenceResult:
+    """The re-execution of one evidence item."""
+
+    id: str
+    kind: str
+    code: str
+    cited: list[str]
+    ran: bool = False
+    error: str | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    """What the program produced for each cited metric."""
+    reproduced: dict[str, bool] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.ran and self.error is None and all(self.reproduced.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "code": self.code,
+            "cited": self.cited,
+            "ran": self.ran,
+            "error": self.error,
+            "values": jsonable(self.values),
+            "reproduced": self.reproduced,
+            "details": self.details,
+        }
+
+
+def jsonable(value: Any) -> Any:
+    """Values as JSON-safe Python (Decimal to float, dates to ISO strings)."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def values_from_result(
+    result: QueryResult, metrics: list[str], kinds: Mapping[str, MetricKind]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Metric values out of a SQL result by the column-name rule; problems per metric."""
+    values: dict[str, Any] = {}
+    problems: dict[str, str] = {}
+    if result.truncated:
+        return values, {m: f"the result has more than {result.max_rows} rows" for m in metrics}
+    records = [{k: jsonable(v) for k, v in r.items()} for r in result.records()]
+    for name in metrics:
+        if kinds.get(name) is MetricKind.TABLE:
+            values[name] = records
+        elif name not in result.columns:
+            problems[name] = f"no column named {name!r} (columns: {result.columns})"
+        elif len(records) != 1:
+            problems[name] = f"a scalar metric needs exactly one row, the result has {len(records)}"
+        else:
+            values[name] = records[0][name]
+    return values, problems
+
+
+def _run_sql(store: ProvisionedStore, code: str) -> QueryResult:
+    with store.connect() as session:
+        return session.run_sql(code, max_rows=EVIDENCE_MAX_ROWS)
+
+
+def _run_one(
+    item: Evidence, scenario: Scenario, store: ProvisionedStore, python: PythonRunner | None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    kinds = {m.name: m.kind for m in scenario.metrics}
+    if item.kind == "sql":
+        return values_from_result(_run_sql(store, item.code), item.metrics, kinds)
+    if python is None:
+        raise EvidenceRunError("python evidence needs a sandbox, and none is configured")
+    printed = python(item.code)
+    values = {m: printed[m] for m in item.metrics if m in printed}
+    problems = {
+        m: f"the program printed no value for {m!r}" for m in item.metrics if m not in printed
+    }
+    return values, problems
+
+
+def reexecute(
+    answer: AnalystAnswer,
+    scenario: Scenario,
+    store: ProvisionedStore,
+    python: PythonRunner | None = None,
+) -> list[EvidenceResult]:
+    """Re-run every evidence item of `answer` and compare with the reported values."""
+    reported = {m.name: m.value for m in answer.metrics}
+    results = []
+    for item in answer.evidence:
+        res = EvidenceResult(item.id, item.kind, item.code, list(item.metrics))
+        try:
+            values, problems = _run_one(item, scenario, store, python)
+        except (QueryError, EvidenceRunError) as exc:
+            res.error = str(exc)
+            results.append(res)
+            continue
+        res.ran, res.values = True, values
+        for name in item.metrics:
+            spec = scenario.metric(name)
+            if name in problems:
+                res.reproduced[name], res.details[name] = False, problems[name]
+            elif spec is None or name not in reported:
+                res.reproduced[name] = False
+                res.details[name] = f"cites {name!r}, which the answer does not report"
+            else:
+                cmp = compare_metric(spec, reported[name], values[name])
+                res.reproduced[name] = cmp.ok
+                if not cmp.ok:
+                    res.details[name] = f"re-execution gave a different value: {cmp.detail}"
+        results.append(res)
+    return results

@@ -1,0 +1,138 @@
+"""Scenario files: YAML in, validated `Scenario` out, errors naming `file:line` and the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from pytest_backintel.scenario import Scenario
+
+__all__ = [
+    "SCHEMA_PATH",
+    "ScenarioFileError",
+    "load_scenario_file",
+    "scenario_json_schema",
+]
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "scenarios" / "scenario.schema.json"
+"""The committed JSON Schema; scenario files point editors at it with a `$schema` modeline."""
+
+
+class ScenarioFileError(Exception):
+    """A scenario file is invalid; `str()` is `file:line: field: what is wrong`."""
+
+    def __init__(self, path: Path, problems: list[tuple[int, str, str]]) -> None:
+        self.path = path
+        self.problems = problems
+        lines = [
+            f"{path}:{line}: {field}: {msg}" if field else f"{path}:{line}: {msg}"
+            for line, field, msg in problems
+        ]
+        super().__init__("\n".join(lines))
+
+
+def scenario_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a scenario file, generated from the pydantic model."""
+    schema = Scenario.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://backintel.dev/schema/scenario.schema.json"
+    return schema
+
+
+def render_json_schema() -> str:
+    return json.dumps(scenario_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def _node_at(node: yaml.Node, loc: tuple[int | str, ...]) -> yaml.Node:
+    """The deepest YAML node along a pydantic error location."""
+    for part in loc:
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            match = [(k, v) for k, v in node.value if k.value == part]
+            if not match:
+                return node
+            key, value = match[0]
+            node = key if _is_extra_key(loc, part) else value
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return node
+            node = node.value[part]
+        else:
+            return node
+    return node
+
+
+def _is_extra_key(loc: tuple[int | str, ...], part: int | str) -> bool:
+    return bool(loc) and loc[-1] == part
+
+
+def _allowed_fields(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str] | None:
+    """The field names allowed where an unknown field was found."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        args = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type)]
+        models = [a for a in args if issubclass(a, BaseModel)]
+        if not models:
+            return None
+        current = models[0]
+    return sorted(getattr(current, "model_fields", {}))
+
+
+def _describe(err: Any) -> tuple[str, str]:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+    field = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        allowed = _allowed_fields(Scenario, loc)
+        msg = "unknown field" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif "input" in err and err["type"] != "value_error":
+        msg = f"{msg} (got {err['input']!r})"
+    return field, msg
+
+
+def load_scenario_file(path: Path) -> Scenario:
+    """Read and validate one scenario file; raise `ScenarioFileError` with `file:line`."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        line = (exc.problem_mark.line + 1) if exc.problem_mark else 1
+        raise ScenarioFileError(path, [(line, "", f"invalid YAML: {exc.problem}")]) from exc
+    if root is None or not isinstance(data, dict):
+        raise ScenarioFileError(path, [(1, "", "a scenario file holds one YAML mapping")])
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            node = _node_at(root, tuple(err["loc"]))
+            field, msg = _describe(err)
+            problems.append((node.start_mark.line + 1, field, msg))
+        raise ScenarioFileError(path, sorted(problems)) from exc
+
+
+DEFINITIONS_DIR = SCHEMA_PATH.parent / "definitions"
+
+
+def find_scenarios(root: Path = DEFINITIONS_DIR) -> dict[str, tuple[Path, Scenario]]:
+    """Every scenario file under `root` by id; a repeated id is an error naming both files."""
+    found: dict[str, tuple[Path, Scenario]] = {}
+    for path in sorted(root.rglob("*.scenario.yaml")):
+        scenario = load_scenario_file(path)
+        if scenario.id in found:
+            raise ScenarioFileError(path, [(1, "id", f"{scenario.id!r} is already defined in "
+                                                     f"{found[scenario.id][0]}")])
+        found[scenario.id] = (path, scenario)
+    return found

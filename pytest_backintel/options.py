@@ -1,0 +1,124 @@
+"""Command-line options, one group, each parsed by a typed function with a quoted error."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pytest_backintel.analyst_api import AnalystLimits
+
+__all__ = ["BenchOptions", "add_options", "read_options"]
+
+CALIBRATION_ANALYSTS = ("reference", "refuse-all", "perturbed", "unsupported")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    analyst: str
+    """`reference`, `refuse-all`, `perturbed`, `unsupported`, `model`, or `pkg.module:callable`."""
+    model: str | None
+    model_base_url: str | None
+    store: str
+    trials: int
+    results_dir: Path
+    run_id: str | None
+    limits: AnalystLimits
+    freeze: bool
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise pytest.UsageError(f"expected a whole number of at least 1, got {value!r}")
+    return number
+
+
+def positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not number > 0:
+        raise pytest.UsageError(f"expected a positive number of seconds, got {value!r}")
+    return number
+
+
+def analyst_spec(value: str) -> str:
+    ok = value in (*CALIBRATION_ANALYSTS, "model") or (
+        ":" in value and all(part for part in value.split(":", 1))
+    )
+    if not ok:
+        raise pytest.UsageError(
+            f"--analyst {value!r} is not an analyst: use one of "
+            f"{', '.join(CALIBRATION_ANALYSTS)}, model, or pkg.module:callable"
+        )
+    return value
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("backintel", "BackIntel Bench: measure data-analyst agents")
+    group.addoption(
+        "--analyst",
+        type=analyst_spec,
+        default=None,
+        help="analyst under test: reference (default without a model), refuse-all, "
+        "perturbed, unsupported, model, or pkg.module:callable",
+    )
+    group.addoption(
+        "--model",
+        default=None,
+        help="Pydantic AI model string (e.g. openai:gpt-5.1); default: $BACKINTEL_MODEL",
+    )
+    group.addoption(
+        "--model-base-url",
+        default=None,
+        help="OpenAI-compatible server URL (Ollama, vLLM, llama.cpp)",
+    )
+    group.addoption("--store", default="sqlite", help="store backend for every scenario")
+    group.addoption("--trials", type=positive_int, default=1, help="trials per scenario")
+    group.addoption("--results-dir", default="results", help="where run folders are written")
+    group.addoption("--run-id", default=None, help="name of this run's folder (default: generated)")
+    group.addoption(
+        "--max-requests", type=positive_int, default=30, help="requests per trial"
+    )
+    group.addoption("--max-tool-calls", type=positive_int, default=60, help="tool calls per trial")
+    group.addoption("--max-tokens", type=positive_int, default=400_000, help="tokens per trial")
+    group.addoption(
+        "--analyst-timeout", type=positive_float, default=600.0, help="wall-clock seconds per trial"
+    )
+    group.addoption(
+        "--freeze",
+        action="store_true",
+        default=False,
+        help="frozen acceptance run (required for the reserved split)",
+    )
+
+
+def read_options(config: pytest.Config) -> BenchOptions:
+    model = config.getoption("--model") or os.environ.get("BACKINTEL_MODEL") or None
+    base_url = config.getoption("--model-base-url") or os.environ.get("BACKINTEL_MODEL_BASE_URL")
+    analyst = config.getoption("--analyst") or ("model" if model else "reference")
+    if analyst == "model" and not model:
+        raise pytest.UsageError("--analyst model needs --model or BACKINTEL_MODEL")
+    return BenchOptions(
+        analyst=analyst,
+        model=model,
+        model_base_url=base_url or None,
+        store=config.getoption("--store"),
+        trials=config.getoption("--trials"),
+        results_dir=Path(config.getoption("--results-dir")),
+        run_id=config.getoption("--run-id"),
+        limits=AnalystLimits(
+            max_requests=config.getoption("--max-requests"),
+            max_tool_calls=config.getoption("--max-tool-calls"),
+            max_tokens=config.getoption("--max-tokens"),
+            wall_time_s=config.getoption("--analyst-timeout"),
+        ),
+        freeze=config.getoption("--freeze"),
+    )

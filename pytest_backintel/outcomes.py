@@ -1,0 +1,45 @@
+"""The outcome taxonomy: one value per trial, with reasons kept beside it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["PRECEDENCE", "Outcome"]
+
+
+class Outcome(StrEnum):
+    PASS = "pass"
+    WRONG_VALUE = "wrong_value"
+    MISSING_METRIC = "missing_metric"
+    DUPLICATE_METRIC = "duplicate_metric"
+    UNSUPPORTED_EVIDENCE = "unsupported_evidence"
+    FALSE_REFUSAL = "false_refusal"
+    INVENTED_VALUE = "invented_value"
+    UNHELPFUL_REFUSAL = "unhelpful_refusal"
+    ANALYST_ERROR = "analyst_error"
+    TIMEOUT = "timeout"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    INFRA_ERROR = "infra_error"
+    """The store, sandbox or harness failed: not the analyst's fault."""
+    NOT_RUN = "not_run"
+
+    @property
+    def passed(self) -> bool:
+        return self is Outcome.PASS
+
+
+PRECEDENCE: list[Outcome] = [
+    Outcome.INFRA_ERROR,
+    Outcome.TIMEOUT,
+    Outcome.BUDGET_EXCEEDED,
+    Outcome.ANALYST_ERROR,
+    Outcome.FALSE_REFUSAL,
+    Outcome.INVENTED_VALUE,
+    Outcome.UNHELPFUL_REFUSAL,
+    Outcome.DUPLICATE_METRIC,
+    Outcome.MISSING_METRIC,
+    Outcome.WRONG_VALUE,
+    Outcome.UNSUPPORTED_EVIDENCE,
+    Outcome.PASS,
+]
+"""When several findings apply, the trial's outcome is the first of them in this order."""

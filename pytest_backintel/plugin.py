@@ -1,0 +1,95 @@
+"""pytest hooks: each hands off to `BenchSession` or `collect` in a line or two."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_backintel.collect import ScenarioFile, ScenarioItem, is_scenario_file
+from pytest_backintel.options import add_options
+from pytest_backintel.session import SESSION_KEY, BenchSession
+from stores.base import ProvisionedStore
+
+MARKERS = {
+    "development": "scenario of the development split (iterate freely)",
+    "reserved": "scenario of the reserved split (frozen acceptance runs only)",
+    "regression": "scenario of the regression split",
+    "answerable": "scenario with a reference answer",
+    "unanswerable": "scenario whose data cannot answer the question",
+    **{f"level{n}": f"benchmark level {n}" for n in range(1, 8)},
+    **{
+        f"store_{name}": f"run on the {name} store backend"
+        for name in (
+            "sqlite",
+            "duckdb",
+            "postgres",
+            "iceberg",
+            "lake_parquet",
+            "files",
+            "files_mixed",
+            "multi",
+        )
+    },
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, doc in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {doc}")
+    config.stash[SESSION_KEY] = BenchSession(config)
+
+
+def pytest_configure_node(node: Any) -> None:
+    """xdist controller: every worker writes into the controller's run folder."""
+    node.workerinput["backintel_run_id"] = node.config.stash[SESSION_KEY].run_id
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[SESSION_KEY].start()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> ScenarioFile | None:
+    return (
+        ScenarioFile.from_parent(parent, path=file_path)
+        if is_scenario_file(file_path.name)
+        else None
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    config.stash[SESSION_KEY].prepare_items(items)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return config.stash[SESSION_KEY].header_lines()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[SESSION_KEY].finish(int(exitstatus))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line in terminalreporter.config.stash[SESSION_KEY].summary_lines():
+        terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def backintel_store(request: pytest.FixtureRequest) -> Iterator[ProvisionedStore]:
+    """The item's isolated store, provisioned under an opaque id and removed afterwards."""
+    bench = request.config.stash[SESSION_KEY]
+    item = request.node
+    assert isinstance(item, ScenarioItem)
+    try:
+        store = bench.store.provision(bench.dataset(item.scenario)[0])
+    except Exception as exc:
+        bench.record_infra_error(item, exc)
+        raise
+    yield store
+    store.teardown()

@@ -1,0 +1,141 @@
+"""Run records: `results/<run-id>/run.json` and `records.jsonl`, safe under xdist.
+
+Each process appends finished trials to its own `parts/records-<worker>.jsonl` (flushed per
+line, so an interrupted run keeps every finished trial); the controller merges the parts into
+`records.jsonl` sorted by item id when the session ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import secrets
+import subprocess
+import sys
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = [
+    "RecordWriter",
+    "git_state",
+    "hash_files",
+    "merge_parts",
+    "new_run_id",
+    "package_versions",
+    "read_records",
+    "write_json",
+]
+
+PACKAGES = (
+    "backintel-bench",
+    "pydantic",
+    "pydantic-ai-slim",
+    "pytest",
+    "pytest-xdist",
+    "polars",
+    "pyarrow",
+    "duckdb",
+)
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def git_state(root: Path) -> dict[str, Any]:
+    """The commit and whether the work tree differs from it (None outside a checkout)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip()
+
+    sha = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"sha": sha, "dirty": None if status is None else bool(status)}
+
+
+def hash_files(paths: list[Path], root: Path | None = None) -> str:
+    """sha256 over the files' relative names and bytes, in sorted order."""
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        name = str(path.relative_to(root)) if root else path.name
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write atomically (temp file + rename) so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.replace(path)
+
+
+class RecordWriter:
+    """Appends one JSON line per finished trial to this process's part file."""
+
+    def __init__(self, run_dir: Path, worker: str) -> None:
+        self.path = run_dir / "parts" / f"records-{worker}.jsonl"
+        self._file: TextIO | None = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        self._file.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Records from a JSONL file; a torn last line (a killed writer) is skipped."""
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            print(f"backintel: skipped a torn line in {path}", file=sys.stderr)
+    return records
+
+
+def merge_parts(run_dir: Path) -> list[dict[str, Any]]:
+    """Merge every part file into `records.jsonl`, sorted by item id; return the records."""
+    records = [
+        r
+        for part in sorted((run_dir / "parts").glob("records-*.jsonl"))
+        for r in read_records(part)
+    ]
+    records.sort(key=lambda r: (r.get("nodeid", ""), r.get("trial", 0)))
+    out = run_dir / "records.jsonl"
+    tmp = out.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    tmp.replace(out)
+    return records

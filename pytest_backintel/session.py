@@ -1,0 +1,280 @@
+"""The plugin's state for one pytest process, kept under a `pytest.StashKey`."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_backintel import __version__
+from pytest_backintel.analyst_api import Analyst, AnalystConfig
+from pytest_backintel.analysts import AnalystLoadError, load_analyst
+from pytest_backintel.collect import ScenarioFailure, ScenarioItem
+from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, read_options
+from pytest_backintel.outcomes import Outcome
+from pytest_backintel.records import (
+    RecordWriter,
+    git_state,
+    hash_files,
+    merge_parts,
+    new_run_id,
+    now_iso,
+    package_versions,
+    write_json,
+)
+from pytest_backintel.scenario import Scenario, Split
+from pytest_backintel.trial import run_trial
+from stores.base import DatasetFiles, ProvisionedStore, Store
+from stores.registry import load_store_class
+
+__all__ = ["SESSION_KEY", "BenchSession"]
+
+CALIBRATION_LABEL = "calibration analyst: measures the harness, not a model"
+
+
+class BenchSession:
+    """Options, the run folder, the analyst, the store backend and worlds for this process."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.options: BenchOptions = read_options(config)
+        self.root = config.rootpath
+        workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+        self.worker = workerinput["workerid"] if workerinput else "main"
+        self.is_controller = workerinput is None
+        self.run_id: str = (workerinput or {}).get("backintel_run_id") or (
+            self.options.run_id or new_run_id()
+        )
+        self.run_dir = (self.root / self.options.results_dir / self.run_id).resolve()
+        self.writer = RecordWriter(self.run_dir, self.worker)
+        self.outcomes: Counter[str] = Counter()
+        self._analyst: Analyst | None = None
+        self._store: Store | None = None
+        self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
+        self._references: dict[str, Mapping[str, Any]] = {}
+
+    # -- lazily built, once per process --------------------------------------------------
+    @property
+    def analyst(self) -> Analyst:
+        if self._analyst is None:
+            opts = self.options
+            self._analyst = load_analyst(
+                opts.analyst,
+                AnalystConfig(
+                    model=opts.model, model_base_url=opts.model_base_url, limits=opts.limits
+                ),
+            )
+        return self._analyst
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            workdir = self.data_dir / "stores" / self.options.store / f"{os.getpid()}"
+            store = load_store_class(self.options.store)(workdir)
+            store.setup_session()
+            self._store = store
+        return self._store
+
+    @property
+    def data_dir(self) -> Path:
+        from scenarios.worlds import data_dir
+
+        return data_dir()
+
+    def dataset(self, scenario: Scenario) -> tuple[DatasetFiles, str]:
+        """The built files of a scenario's world and their data hash (built once, locked)."""
+        key = (scenario.dataset.world, scenario.dataset.snapshot)
+        if key not in self._worlds:
+            from scenarios.worlds import get_world
+
+            world = get_world(key[0])
+            files = world.ensure_built(self.data_dir, snapshot=key[1])
+            self._worlds[key] = (files, world.data_hash(files))
+        return self._worlds[key]
+
+    def reference(self, scenario: Scenario) -> Mapping[str, Any]:
+        """Evidence-owned reference values; called only after the analyst has answered."""
+        from scenarios.references import reference_for
+
+        _files, data_hash = self.dataset(scenario)
+        return reference_for(scenario, data_hash)
+
+    # -- terminal ---------------------------------------------------------------------------
+    def header_lines(self) -> list[str]:
+        opts = self.options
+        who = opts.model if opts.analyst == "model" else opts.analyst
+        lines = [
+            f"backintel: analyst {who}"
+            + (f" ({CALIBRATION_LABEL})" if opts.analyst in CALIBRATION_ANALYSTS else ""),
+            f"backintel: store {opts.store}, trials {opts.trials}, run {self.run_dir}",
+        ]
+        if opts.analyst == "reference" and not opts.model:
+            lines[0] += "; no model configured (--model or BACKINTEL_MODEL)"
+        return lines
+
+    def summary_lines(self) -> list[str]:
+        if not self.outcomes:
+            return []
+        counts = ", ".join(f"{n} {o}" for o, n in sorted(self.outcomes.items()))
+        return [f"backintel: {counts}", f"backintel: records in {self.run_dir}"]
+
+    def prepare_items(self, items: list[pytest.Item]) -> None:
+        """Fail fast on a bad analyst; keep reserved scenarios out of unfrozen runs."""
+        scenario_items = [i for i in items if isinstance(i, ScenarioItem)]
+        if not scenario_items:
+            return
+        try:
+            self.analyst  # noqa: B018 - load once, report a bad --analyst as a usage error
+        except AnalystLoadError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        for item in scenario_items:
+            if item.scenario.split is Split.RESERVED and not self.options.freeze:
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason="reserved scenarios run only in a frozen run (--freeze)"
+                    )
+                )
+
+    # -- items ----------------------------------------------------------------------------
+    def run_item(self, item: ScenarioItem, store: ProvisionedStore) -> None:
+        """Run one trial, write its record, attach JUnit properties, fail unless it passed."""
+        result = run_trial(
+            item.scenario, item.trial, store, self.analyst, self.options.limits, self.reference
+        )
+        self.write_record(item, result.score.outcome.value, result.to_record())
+        if result.score.outcome is Outcome.NOT_RUN:
+            pytest.skip("not run")
+        if not result.score.outcome.passed:
+            raise ScenarioFailure(result)
+
+    def write_record(self, item: ScenarioItem, outcome: str, body: dict[str, Any]) -> None:
+        scenario = item.scenario
+        files_hash = self._worlds.get((scenario.dataset.world, scenario.dataset.snapshot))
+        record: dict[str, Any] = {
+            "run_id": self.run_id,
+            "nodeid": item.nodeid,
+            "worker": self.worker,
+            "recorded_at": now_iso(),
+            "scenario_id": scenario.id,
+            "scenario_version": scenario.version,
+            "scenario_sha": item.scenario_sha,
+            "trial": item.trial,
+            "split": scenario.split.value,
+            "level": scenario.level,
+            "family": scenario.family,
+            "answerable": scenario.answerable,
+            "world": scenario.dataset.world,
+            "snapshot": scenario.dataset.snapshot,
+            "data_hash": files_hash[1] if files_hash else None,
+            "backend": self.options.store,
+            "analyst": {
+                "name": self._analyst.name if self._analyst else self.options.analyst,
+                "kind": self._analyst.kind if self._analyst else None,
+            },
+            "model": self.options.model,
+            "outcome": outcome,
+        } | body
+        self.writer.write(record)
+        self.outcomes[outcome] += 1
+        reasons = "; ".join(r["message"] for r in record.get("reasons", []))
+        item.user_properties += [
+            ("outcome", outcome),
+            ("reasons", reasons),
+            ("family", scenario.family),
+            ("split", scenario.split.value),
+            ("level", str(scenario.level)),
+            ("store", record.get("store", self.options.store)),
+            ("analyst", record["analyst"]["name"]),
+            ("model", self.options.model or ""),
+            ("trial", str(item.trial)),
+        ]
+
+    def record_infra_error(self, item: ScenarioItem, exc: BaseException) -> None:
+        """A store or harness failure before the analyst ran: recorded, then re-raised."""
+        message = f"{type(exc).__name__}: {exc}"
+        self.write_record(
+            item,
+            Outcome.INFRA_ERROR.value,
+            {"reasons": [{"outcome": "infra_error", "message": message, "metric": None}]},
+        )
+
+    # -- run folder ------------------------------------------------------------------------
+    def method_hash(self) -> str | None:
+        """Hash over the default analyst's prompt, skills and tool code."""
+        spec = importlib.util.find_spec("analyst")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        base = Path(next(iter(spec.submodule_search_locations)))
+        files = [p for p in base.rglob("*") if p.suffix in {".py", ".md"} and p.is_file()]
+        return hash_files(files, base)
+
+    def run_header(self) -> dict[str, Any]:
+        opts = self.options
+        calibration = opts.analyst in CALIBRATION_ANALYSTS
+        return {
+            "run_id": self.run_id,
+            "started_at": now_iso(),
+            "harness_version": __version__,
+            "analyst": {
+                "spec": opts.analyst,
+                "calibration": calibration,
+                "label": CALIBRATION_LABEL if calibration else "model under test",
+            },
+            "model": opts.model,
+            "model_base_url": opts.model_base_url,
+            "store_backend": opts.store,
+            "trials": opts.trials,
+            "limits": vars(opts.limits) | {},
+            "freeze": opts.freeze,
+            "git": git_state(self.root),
+            "method_hash": self.method_hash(),
+            "packages": package_versions(),
+            "args": list(self.config.invocation_params.args),
+        }
+
+    def start(self) -> None:
+        if self.is_controller:
+            write_json(self.run_dir / "run.json", self.run_header())
+
+    def finish(self, exitstatus: int) -> None:
+        self.writer.close()
+        if self._store is not None:
+            self._store.teardown_session()
+        if not self.is_controller:
+            return
+        records = merge_parts(self.run_dir) if (self.run_dir / "parts").exists() else []
+        header = self.run_header() | _read_json(self.run_dir / "run.json")
+        scen = sorted({f"{r['scenario_id']}@{r.get('scenario_sha', '')}" for r in records})
+        header.update(
+            {
+                "finished_at": now_iso(),
+                "exit_status": exitstatus,
+                "scenario_hash": hashlib.sha256("\n".join(scen).encode()).hexdigest(),
+                "data_hashes": dict(
+                    sorted({(r["world"], r["data_hash"]) for r in records if r.get("data_hash")})
+                ),
+                "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
+                "trials_recorded": len(records),
+            }
+        )
+        write_json(self.run_dir / "run.json", header)
+        self.outcomes = Counter(r["outcome"] for r in records)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+SESSION_KEY = pytest.StashKey[BenchSession]()

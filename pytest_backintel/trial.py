@@ -1,0 +1,171 @@
+"""One trial end to end: ask the analyst, re-execute its evidence, score, check the store."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pytest_backintel.analyst_api import (
+    Analyst,
+    AnalystLimits,
+    AnalystRun,
+    AnalystTask,
+    AnalystTimeout,
+    BudgetExceeded,
+    CalibrationKey,
+)
+from pytest_backintel.contract import AnalystAnswer
+from pytest_backintel.evidence import EvidenceResult, PythonRunner, jsonable, reexecute
+from pytest_backintel.outcomes import Outcome
+from pytest_backintel.scenario import Scenario
+from pytest_backintel.scoring import Reason, TrialScore, score_answer
+from pytest_backintel.tolerance import tolerance_for
+from stores.base import ProvisionedStore, StoreError
+
+__all__ = ["TrialResult", "calibration_key", "run_trial"]
+
+
+@dataclass
+class TrialResult:
+    scenario: Scenario
+    trial: int
+    store_label: str
+    score: TrialScore
+    run: AnalystRun | None
+    evidence: list[EvidenceResult] = field(default_factory=list)
+    latency_s: float = 0.0
+    fingerprint_before: dict[str, str] = field(default_factory=dict)
+    fingerprint_after: dict[str, str] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON-safe part of a run record that describes this trial."""
+        run = self.run
+        return {
+            "scenario_id": self.scenario.id,
+            "scenario_version": self.scenario.version,
+            "trial": self.trial,
+            "split": self.scenario.split.value,
+            "level": self.scenario.level,
+            "family": self.scenario.family,
+            "answerable": self.scenario.answerable,
+            "store": self.store_label,
+            "outcome": self.score.outcome.value,
+            "reasons": [
+                {"outcome": r.outcome.value, "message": r.message, "metric": r.metric}
+                for r in self.score.reasons
+            ],
+            "checks": [jsonable(asdict(c)) for c in self.score.checks],
+            "answer": run.output.model_dump(mode="json") if run and run.output else None,
+            "evidence": [e.to_json() for e in self.evidence],
+            "usage": asdict(run.usage) if run else None,
+            "tool_calls": run.tool_calls if run else [],
+            "messages": run.messages if run else [],
+            "analyst_error": run.error if run else None,
+            "latency_s": round(self.latency_s, 4),
+            "fingerprint_before": self.fingerprint_before,
+            "fingerprint_after": self.fingerprint_after,
+        }
+
+
+def calibration_key(scenario: Scenario) -> CalibrationKey:
+    """The oracle-side facts a calibration analyst is given (never a model analyst)."""
+    refusal = scenario.refusal
+    return CalibrationKey(
+        check_sql=scenario.check_sql,
+        metric_units={m.name: m.unit for m in scenario.metrics},
+        metric_kinds={m.name: m.kind.value for m in scenario.metrics},
+        tolerances={m.name: tolerance_for(m.kind.value) for m in scenario.metrics},
+        refusal_concepts=[group[0] for group in refusal.must_name] if refusal else [],
+        forbidden_metric=refusal.forbidden_metric if refusal else None,
+    )
+
+
+def _ask(analyst: Analyst, task: AnalystTask) -> tuple[AnalystRun | None, Reason | None]:
+    try:
+        run = analyst.answer(task)
+    except BudgetExceeded as exc:
+        return None, Reason(Outcome.BUDGET_EXCEEDED, f"usage limit reached: {exc}")
+    except AnalystTimeout as exc:
+        return None, Reason(Outcome.TIMEOUT, f"wall-clock limit reached: {exc}")
+    except Exception as exc:  # any failure of the analyst is its own outcome, never a crash
+        tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        return None, Reason(Outcome.ANALYST_ERROR, f"the analyst raised {tb}")
+    if run.output is None:
+        return run, Reason(
+            Outcome.ANALYST_ERROR,
+            f"no contract answer: {run.error or 'the analyst returned nothing'}",
+        )
+    return run, None
+
+
+def run_trial(
+    scenario: Scenario,
+    trial: int,
+    store: ProvisionedStore,
+    analyst: Analyst,
+    limits: AnalystLimits,
+    load_reference: Callable[[Scenario], Mapping[str, Any]],
+    python: PythonRunner | None = None,
+) -> TrialResult:
+    """Run one trial. The reference is loaded only after the analyst has answered."""
+    before = store.fingerprint()
+    task = AnalystTask(
+        question=scenario.question,
+        connect=store.connect,
+        store_label=store.display_id,
+        limits=limits,
+        calibration=calibration_key(scenario) if analyst.kind == "calibration" else None,
+    )
+    started = time.perf_counter()
+    run, failure = _ask(analyst, task)
+    latency = time.perf_counter() - started
+    result = TrialResult(
+        scenario,
+        trial,
+        store.display_id,
+        TrialScore(Outcome.NOT_RUN),
+        run,
+        latency_s=latency,
+        fingerprint_before=asdict(before),
+    )
+    if failure is not None:
+        result.score = TrialScore.from_reasons([failure])
+    else:
+        assert run is not None
+        assert run.output is not None
+        if isinstance(run.output, AnalystAnswer):
+            result.evidence = reexecute(run.output, scenario, store, python)
+        try:
+            reference = load_reference(scenario) if scenario.answerable else {}
+        except Exception as exc:  # a missing or stale reference is the harness's fault
+            result.score = TrialScore.from_reasons(
+                [Reason(Outcome.INFRA_ERROR, f"no usable reference: {exc}")]
+            )
+            return result
+        result.score = score_answer(scenario, run.output, result.evidence, reference)
+    try:
+        after = store.fingerprint()
+    except StoreError as exc:
+        result.score = TrialScore.from_reasons(
+            [Reason(Outcome.INFRA_ERROR, f"could not fingerprint the store: {exc}")]
+        )
+        return result
+    result.fingerprint_after = asdict(after)
+    if after != before:
+        result.score = TrialScore.from_reasons(
+            [
+                *result.score.reasons,
+                Reason(
+                    Outcome.INFRA_ERROR,
+                    "the store changed during the trial "
+                    f"(logical {before.logical[:12]}→{after.logical[:12]}, "
+                    f"physical {before.physical[:12]}→{after.physical[:12]}): "
+                    "the read-only guard failed",
+                ),
+            ],
+            result.score.checks,
+        )
+    return result
