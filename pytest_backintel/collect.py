@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -82,10 +83,13 @@ class ScenarioItem(pytest.Function):
     scenario: Scenario
     trial: int
     scenario_sha: str
+    manifest: Path | None = None
+    """The acceptance/regression manifest the case came from (None for a scenario file)."""
+    suite: str = "benchmark"
 
     @classmethod
     def from_scenario(
-        cls, parent: ScenarioFile, scenario: Scenario, trial: int, sha: str, backend: str
+        cls, parent: pytest.File, scenario: Scenario, trial: int, sha: str, backend: str
     ) -> ScenarioItem:
         item: ScenarioItem = cls.from_parent(
             parent,

@@ -27,6 +27,7 @@ class BenchOptions:
     run_id: str | None
     limits: AnalystLimits
     freeze: bool
+    freeze_plan: str | None
 
 
 def positive_int(value: str) -> int:
@@ -84,9 +85,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--trials", type=positive_int, default=1, help="trials per scenario")
     group.addoption("--results-dir", default="results", help="where run folders are written")
     group.addoption("--run-id", default=None, help="name of this run's folder (default: generated)")
-    group.addoption(
-        "--max-requests", type=positive_int, default=30, help="requests per trial"
-    )
+    group.addoption("--max-requests", type=positive_int, default=30, help="requests per trial")
     group.addoption("--max-tool-calls", type=positive_int, default=60, help="tool calls per trial")
     group.addoption("--max-tokens", type=positive_int, default=400_000, help="tokens per trial")
     group.addoption(
@@ -97,6 +96,17 @@ def add_options(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="frozen acceptance run (required for the reserved split)",
+    )
+    group.addoption(
+        "--freeze-plan",
+        default=None,
+        help="declared plan for a further frozen run of the same candidate",
+    )
+    parser.addini(
+        "backintel_manifests",
+        type="linelist",
+        default=[],
+        help="globs (relative to rootdir) of acceptance/regression manifests",
     )
 
 
@@ -121,4 +131,5 @@ def read_options(config: pytest.Config) -> BenchOptions:
             wall_time_s=config.getoption("--analyst-timeout"),
         ),
         freeze=config.getoption("--freeze"),
+        freeze_plan=config.getoption("--freeze-plan"),
     )

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_backintel.collect import ScenarioFile, ScenarioItem, is_scenario_file
+from pytest_backintel.manifests import ManifestFile, is_manifest
 from pytest_backintel.options import add_options
 from pytest_backintel.session import SESSION_KEY, BenchSession
 from stores.base import ProvisionedStore
@@ -55,12 +56,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[SESSION_KEY].start()
 
 
-def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> ScenarioFile | None:
-    return (
-        ScenarioFile.from_parent(parent, path=file_path)
-        if is_scenario_file(file_path.name)
-        else None
-    )
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.File | None:
+    if is_scenario_file(file_path.name):
+        return ScenarioFile.from_parent(parent, path=file_path)
+    if is_manifest(parent.config, file_path):
+        return ManifestFile.from_parent(parent, path=file_path)
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -16,6 +16,12 @@ from pytest_backintel import __version__
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.analysts import AnalystLoadError, load_analyst
 from pytest_backintel.collect import ScenarioFailure, ScenarioItem
+from pytest_backintel.freeze import (
+    check_candidate,
+    register_run,
+    verify_lock,
+)
+from pytest_backintel.manifests import manifest_reference
 from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, read_options
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records import (
@@ -57,7 +63,8 @@ class BenchSession:
         self._analyst: Analyst | None = None
         self._store: Store | None = None
         self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
-        self._references: dict[str, Mapping[str, Any]] = {}
+        self.reserved_cases: dict[str, set[str]] = {}
+        """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
 
     # -- lazily built, once per process --------------------------------------------------
     @property
@@ -98,12 +105,14 @@ class BenchSession:
             self._worlds[key] = (files, world.data_hash(files))
         return self._worlds[key]
 
-    def reference(self, scenario: Scenario) -> Mapping[str, Any]:
-        """Evidence-owned reference values; called only after the analyst has answered."""
+    def reference(self, item: ScenarioItem) -> Mapping[str, Any]:
+        """Evaluator-owned reference values; called only after the analyst has answered."""
+        if item.manifest is not None:
+            return manifest_reference(item.manifest, item.scenario.id)
         from scenarios.references import reference_for
 
-        _files, data_hash = self.dataset(scenario)
-        return reference_for(scenario, data_hash)
+        _files, data_hash = self.dataset(item.scenario)
+        return reference_for(item.scenario, data_hash)
 
     # -- terminal ---------------------------------------------------------------------------
     def header_lines(self) -> list[str]:
@@ -145,7 +154,12 @@ class BenchSession:
     def run_item(self, item: ScenarioItem, store: ProvisionedStore) -> None:
         """Run one trial, write its record, attach JUnit properties, fail unless it passed."""
         result = run_trial(
-            item.scenario, item.trial, store, self.analyst, self.options.limits, self.reference
+            item.scenario,
+            item.trial,
+            store,
+            self.analyst,
+            self.options.limits,
+            lambda _scenario: self.reference(item),
         )
         self.write_record(item, result.score.outcome.value, result.to_record())
         if result.score.outcome is Outcome.NOT_RUN:
@@ -164,6 +178,7 @@ class BenchSession:
             "scenario_id": scenario.id,
             "scenario_version": scenario.version,
             "scenario_sha": item.scenario_sha,
+            "suite": item.suite,
             "trial": item.trial,
             "split": scenario.split.value,
             "level": scenario.level,
@@ -231,16 +246,40 @@ class BenchSession:
             "store_backend": opts.store,
             "trials": opts.trials,
             "limits": vars(opts.limits) | {},
-            "freeze": opts.freeze,
+            "freeze": None,
             "git": git_state(self.root),
             "method_hash": self.method_hash(),
             "packages": package_versions(),
             "args": list(self.config.invocation_params.args),
         }
 
+    def candidate(self) -> dict[str, Any]:
+        """What a frozen run measures: the commit, the method, the analyst and its settings."""
+        opts = self.options
+        return {
+            "git_sha": git_state(self.root)["sha"],
+            "method_hash": self.method_hash(),
+            "analyst": opts.analyst,
+            "model": opts.model,
+            "model_base_url": opts.model_base_url,
+            "limits": vars(opts.limits),
+            "harness_version": __version__,
+            "store_backend": opts.store,
+        }
+
     def start(self) -> None:
-        if self.is_controller:
-            write_json(self.run_dir / "run.json", self.run_header())
+        if not self.is_controller:
+            return
+        header = self.run_header()
+        if self.options.freeze:
+            check_candidate(header["git"])
+            header["freeze"] = register_run(
+                self.root / self.options.results_dir,
+                self.run_id,
+                self.candidate(),
+                self.options.freeze_plan,
+            )
+        write_json(self.run_dir / "run.json", header)
 
     def finish(self, exitstatus: int) -> None:
         self.writer.close()
@@ -261,6 +300,7 @@ class BenchSession:
                 ),
                 "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
                 "trials_recorded": len(records),
+                "freeze_check": verify_lock(self.run_dir),
             }
         )
         write_json(self.run_dir / "run.json", header)

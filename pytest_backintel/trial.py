@@ -90,6 +90,8 @@ def _ask(analyst: Analyst, task: AnalystTask) -> tuple[AnalystRun | None, Reason
         return None, Reason(Outcome.BUDGET_EXCEEDED, f"usage limit reached: {exc}")
     except AnalystTimeout as exc:
         return None, Reason(Outcome.TIMEOUT, f"wall-clock limit reached: {exc}")
+    except StoreError as exc:
+        return None, Reason(Outcome.INFRA_ERROR, f"the store failed during the trial: {exc}")
     except Exception as exc:  # any failure of the analyst is its own outcome, never a crash
         tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return None, Reason(Outcome.ANALYST_ERROR, f"the analyst raised {tb}")

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from pytest_backintel.sandbox.limits import LimitHit, Limits
 
@@ -166,7 +166,7 @@ class Sandbox(ABC):
         self._closed = True
         shutil.rmtree(self.workspace, ignore_errors=True)
 
-    def __enter__(self) -> Sandbox:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -232,7 +232,7 @@ class SandboxProvider(ABC):
             "limits": asdict(self.limits),
         }
 
-    def __enter__(self) -> SandboxProvider:
+    def __enter__(self) -> Self:
         self.setup_session()
         return self
 

@@ -48,7 +48,7 @@ class Limits:
     """CPU seconds per process (RLIMIT_CPU): SIGXCPU at the limit, SIGKILL one second later."""
     memory_mb: int = 2048
     """Heap and private writable memory (RLIMIT_DATA); allocation beyond it fails."""
-    address_space_headroom_mb: int = 4096
+    address_space_headroom_mb: int = 2048
     """RLIMIT_AS is memory_mb plus this: bounds shared mappings that RLIMIT_DATA does not count
     while leaving room for the virtual reservations of polars, duckdb and thread stacks."""
     max_processes: int = 64
@@ -133,6 +133,8 @@ def classify(obs: Observed, limits: Limits) -> LimitHit | None:
     process counter, then the error messages a payload prints when an allocation, a fork or a
     write is refused (only when the payload failed: a handled MemoryError is not a limit hit).
     """
+    if obs.killed_for == "wall_time" and obs.pids_limit_hit:
+        return "processes"  # a contained fork bomb that kept retrying until the timer
     if obs.killed_for is not None:
         return obs.killed_for
     if obs.signal == SIGXCPU or (

@@ -1,0 +1,238 @@
+"""The default analyst: one Pydantic AI agent with the store tools and on-demand skills.
+
+`build_agent` makes the agent (nothing is built at import time); `run_agent` runs it on one
+task under the task's usage and wall-clock limits and returns an `AnalystRun`. `ModelAnalyst`
+is the analyst a real model drives; calibration analysts drive the same agent through
+`FunctionModel` (see `analyst.calibration`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic_ai import Agent, ModelRetry, capture_run_messages
+from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    ToolCallPart,
+)
+from pydantic_ai.models import Model, infer_model
+from pydantic_ai.usage import RunUsage, UsageLimits
+
+from analyst.tools import AnalystDeps, analyst_tools, skill_catalog
+from pytest_backintel.analyst_api import (
+    AnalystKind,
+    AnalystLimits,
+    AnalystRun,
+    AnalystTask,
+    AnalystTimeout,
+    BudgetExceeded,
+    Usage,
+)
+from pytest_backintel.contract import AnalystAnswer, Refusal
+
+__all__ = [
+    "OUTPUT_TOOL_NAMES",
+    "PROMPT_PATH",
+    "AnalystAgent",
+    "ModelAnalyst",
+    "build_agent",
+    "build_instructions",
+    "check_contract",
+    "dump_messages",
+    "run_agent",
+    "usage_limits",
+]
+
+PROMPT_PATH = Path(__file__).parent / "prompts" / "system.md"
+OUTPUT_TOOL_NAMES = ("final_result_AnalystAnswer", "final_result_Refusal")
+"""The output tools Pydantic AI names for `output_type=[AnalystAnswer, Refusal]`."""
+RETRIES = 3
+"""Retries per tool and for the output (invalid arguments, a contract check that failed)."""
+
+AnalystAgent = Agent[AnalystDeps, AnalystAnswer | Refusal]
+_T = TypeVar("_T")
+
+
+def build_instructions() -> str:
+    """The system prompt followed by the skill catalogue (names and one-line descriptions)."""
+    lines = [PROMPT_PATH.read_text(encoding="utf-8").rstrip(), "", "## Skills", ""]
+    lines.append("Load one with `load_skill(name)` when it applies:")
+    lines += [f"- `{s.name}`: {s.description}" for s in skill_catalog()]
+    return "\n".join(lines)
+
+
+def check_contract(output: AnalystAnswer | Refusal) -> AnalystAnswer | Refusal:
+    """Ask the model to fix an answer that breaks the contract in ways it can see itself."""
+    if isinstance(output, Refusal):
+        return output
+    problems: list[str] = []
+    names = [m.name for m in output.metrics]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        problems.append(f"metrics reported more than once: {', '.join(dupes)}")
+    cited = {name for ev in output.evidence for name in ev.metrics}
+    if uncited := [n for n in dict.fromkeys(names) if n not in cited]:
+        problems.append(f"metrics not cited by any evidence item: {', '.join(uncited)}")
+    if unknown := sorted(cited - set(names)):
+        problems.append(f"evidence cites metrics that are not reported: {', '.join(unknown)}")
+    ids = [ev.id for ev in output.evidence]
+    if len(ids) != len(set(ids)):
+        problems.append("evidence ids must be unique")
+    if problems:
+        raise ModelRetry("The answer breaks the contract: " + "; ".join(problems) + ".")
+    return output
+
+
+def build_agent(model: Model | str | None = None) -> AnalystAgent:
+    """A fresh analyst agent. `model` may be left out and given per run instead."""
+    agent: AnalystAgent = Agent(
+        model,
+        output_type=[AnalystAnswer, Refusal],
+        deps_type=AnalystDeps,
+        instructions=build_instructions(),
+        tools=analyst_tools(),
+        retries=RETRIES,
+        defer_model_check=True,
+        name="backintel-analyst",
+    )
+    agent.output_validator(check_contract)
+    return agent
+
+
+def usage_limits(limits: AnalystLimits) -> UsageLimits:
+    return UsageLimits(
+        request_limit=limits.max_requests,
+        tool_calls_limit=limits.max_tool_calls,
+        total_tokens_limit=limits.max_tokens,
+    )
+
+
+def dump_messages(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
+    """The message history in Pydantic AI's JSON form (loads back with the same adapter)."""
+    dumped: list[dict[str, Any]] = ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
+    return dumped
+
+
+def _tool_calls(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
+    return [
+        {"tool": part.tool_name, "args": part.args_as_dict()}
+        for msg in messages
+        if isinstance(msg, ModelResponse)
+        for part in msg.parts
+        if isinstance(part, ToolCallPart) and part.tool_name not in OUTPUT_TOOL_NAMES
+    ]
+
+
+def _usage(run_usage: RunUsage) -> Usage:
+    return Usage(
+        requests=run_usage.requests,
+        input_tokens=run_usage.input_tokens,
+        output_tokens=run_usage.output_tokens,
+        tool_calls=run_usage.tool_calls,
+    )
+
+
+def _usage_from_messages(messages: Sequence[ModelMessage]) -> Usage:
+    """Usage of a run that raised, summed from the responses it got."""
+    responses = [m for m in messages if isinstance(m, ModelResponse)]
+    return Usage(
+        requests=len(responses),
+        input_tokens=sum(r.usage.input_tokens for r in responses),
+        output_tokens=sum(r.usage.output_tokens for r in responses),
+        tool_calls=len(_tool_calls(messages)),
+    )
+
+
+async def _run(
+    agent: AnalystAgent, task: AnalystTask, make_model: Callable[[AnalystDeps], Model | str]
+) -> AnalystRun:
+    deps = AnalystDeps(task.connect)
+    timed_out = False
+    try:
+        with capture_run_messages() as messages:
+            timer = asyncio.timeout(task.limits.wall_time_s)
+            try:
+                async with timer:
+                    result = await agent.run(
+                        task.question,
+                        model=make_model(deps),
+                        deps=deps,
+                        usage_limits=usage_limits(task.limits),
+                    )
+            except TimeoutError as exc:
+                if not timer.expired():
+                    raise
+                timed_out = True
+                raise AnalystTimeout(
+                    f"the analyst ran past its wall-clock limit of {task.limits.wall_time_s}s "
+                    f"after {len(messages)} messages"
+                ) from exc
+            except UsageLimitExceeded as exc:
+                raise BudgetExceeded(f"usage limit reached: {exc}") from exc
+            except UnexpectedModelBehavior as exc:
+                return AnalystRun(
+                    output=None,
+                    usage=_usage_from_messages(messages),
+                    messages=dump_messages(messages),
+                    tool_calls=_tool_calls(messages),
+                    error=f"the model ended without a contract answer: {exc}",
+                )
+    finally:
+        deps.close(wait=not timed_out)
+    history = result.all_messages()
+    return AnalystRun(
+        output=result.output,
+        usage=_usage(result.usage),
+        messages=dump_messages(history),
+        tool_calls=_tool_calls(history),
+    )
+
+
+def _run_blocking(make_coro: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+    """Run a coroutine to completion from sync code, even when a loop is already running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make_coro())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, make_coro()).result()
+
+
+def run_agent(
+    agent: AnalystAgent, task: AnalystTask, make_model: Callable[[AnalystDeps], Model | str]
+) -> AnalystRun:
+    """Run `agent` on `task` with the model `make_model(deps)` returns for this run.
+
+    Raises `BudgetExceeded` or `AnalystTimeout` for the limits; a run that ends without a
+    contract answer returns `AnalystRun(output=None, error=...)`.
+    """
+    return _run_blocking(lambda: _run(agent, task, make_model))
+
+
+def _model_label(model: Model | str) -> str:
+    return model if isinstance(model, str) else f"{model.system}:{model.model_name}"
+
+
+class ModelAnalyst:
+    """The analyst under test when a real model drives the agent."""
+
+    kind: AnalystKind = "model"
+
+    def __init__(self, model: Model | str, *, name: str | None = None) -> None:
+        self.model = model
+        self.name = name or _model_label(model)
+        self._agent = build_agent()
+        self._resolved: Model | None = None
+
+    def answer(self, task: AnalystTask) -> AnalystRun:
+        if self._resolved is None:  # once, on first use: a model string needs its provider's key
+            self._resolved = infer_model(self.model)
+        resolved = self._resolved
+        return run_agent(self._agent, task, lambda _deps: resolved)

@@ -1,0 +1,100 @@
+"""Acceptance and regression manifests: JSON suites whose cases become scenario items.
+
+A manifest is `{"suite": ..., "cases": [{"scenario": {...}, "reference": {...}, "trials": n,
+...}]}`. Only the scenario part is kept at collection; references are read again, from disk,
+after the analyst has answered.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _pytest._code.code import TerminalRepr
+from pydantic import ValidationError
+
+from pytest_backintel.collect import ScenarioItem
+from pytest_backintel.loading import ScenarioFileError
+from pytest_backintel.scenario import Scenario
+
+__all__ = ["DEFAULT_MANIFESTS", "ManifestFile", "is_manifest", "manifest_reference"]
+
+DEFAULT_MANIFESTS = [
+    "scenarios/acceptance/acceptance-v1/*.json",
+    "scenarios/acceptance/original-regression.json",
+]
+
+
+def is_manifest(config: pytest.Config, path: Path) -> bool:
+    if path.suffix != ".json":
+        return False
+    try:
+        rel = path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return False
+    patterns = config.getini("backintel_manifests") or DEFAULT_MANIFESTS
+    return any(fnmatch.fnmatch(rel, pattern) for pattern in patterns)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text(encoding="utf-8"), parse_float=Decimal)
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise ScenarioFileError(path, [(1, "cases", "a manifest holds {'suite', 'cases': [...]}")])
+    return data
+
+
+def manifest_reference(path: Path, case_id: str) -> Mapping[str, Any]:
+    """The reference values of one case, read from the manifest on disk (after answering)."""
+    for case in _read(path)["cases"]:
+        if case["scenario"]["id"] == case_id:
+            reference: Mapping[str, Any] = case.get("reference") or {}
+            return reference
+    raise KeyError(f"{path}: no case {case_id!r}")
+
+
+class ManifestFile(pytest.File):
+    """One manifest: one item per case and trial (a case may preselect its trial count)."""
+
+    suite: str = ""
+
+    def collect(self) -> Iterator[ScenarioItem]:
+        from pytest_backintel.session import SESSION_KEY
+
+        bench = self.config.stash[SESSION_KEY]
+        data = _read(self.path)
+        self.suite = str(data.get("suite", self.path.stem))
+        for index, case in enumerate(data["cases"]):
+            try:
+                scenario = Scenario.model_validate(case.get("scenario"))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                field = ".".join(str(p) for p in first["loc"])
+                raise ScenarioFileError(
+                    self.path, [(1, f"cases[{index}].scenario.{field}", first["msg"])]
+                ) from exc
+            sha = hashlib.sha256(
+                json.dumps(case["scenario"], sort_keys=True, default=str).encode()
+            ).hexdigest()
+            if scenario.split.value == "reserved":
+                bench.reserved_cases.setdefault(self.suite, set()).add(scenario.id)
+            trials = int(case.get("trials") or bench.options.trials)
+            for trial in range(1, trials + 1):
+                item = ScenarioItem.from_scenario(self, scenario, trial, sha, bench.options.store)
+                item.manifest = self.path
+                item.suite = self.suite
+                yield item
+
+    def repr_failure(
+        self,
+        excinfo: pytest.ExceptionInfo[BaseException],
+        style: Any = None,
+    ) -> str | TerminalRepr:
+        if isinstance(excinfo.value, ScenarioFileError | json.JSONDecodeError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)

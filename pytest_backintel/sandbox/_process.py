@@ -1,0 +1,307 @@
+"""Host side of one run: start the launcher, feed code, read capped output, kill on limits.
+
+`run_launcher` is shared by the bwrap and subprocess backends. The process tree is confined by a
+pids cgroup when this machine offers a writable one (`PidsCgroup.create`), which both caps
+processes and lets the host kill every member; otherwise RLIMIT_NPROC stands in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_backintel.sandbox.base import ExecResult, SandboxError
+from pytest_backintel.sandbox.limits import Limits, Observed, classify
+
+__all__ = ["OutputBuffer", "PidsCgroup", "RawRun", "run_launcher", "to_result", "truncate_marker"]
+
+_GRACE_S = 0.5
+"""How long output is still collected after the launcher reported the payload's end."""
+_V1_ROOT = Path("/sys/fs/cgroup/pids")
+_V2_ROOT = Path("/sys/fs/cgroup")
+
+
+def truncate_marker(kept: int, total: int) -> str:
+    return f"\n[... output truncated: {total - kept} more bytes not shown, limit {kept} bytes]\n"
+
+
+class PidsCgroup:
+    """A leaf pids cgroup for one run: caps processes+threads, records hits, kills members."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @staticmethod
+    def base() -> Path | None:
+        """The writable pids hierarchy on this machine, or None (not root, or not delegated)."""
+        if (_V1_ROOT / "cgroup.procs").exists() and os.access(_V1_ROOT, os.W_OK):
+            return _V1_ROOT
+        controllers = _V2_ROOT / "cgroup.subtree_control"
+        with contextlib.suppress(OSError):
+            if "pids" in controllers.read_text().split() and os.access(_V2_ROOT, os.W_OK):
+                return _V2_ROOT
+        return None
+
+    @classmethod
+    def create(cls, max_pids: int) -> PidsCgroup | None:
+        base = cls.base()
+        if base is None:
+            return None
+        path = base / "backintel" / f"{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            path.mkdir(parents=True)
+            (path / "pids.max").write_text(str(max_pids))
+        except OSError:
+            return None
+        return cls(path)
+
+    @property
+    def procs_file(self) -> Path:
+        return self.path / "cgroup.procs"
+
+    def limit_hit(self) -> bool:
+        with contextlib.suppress(OSError):
+            for line in (self.path / "pids.events").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "max" and int(value) > 0:
+                    return True
+        return False
+
+    def members(self) -> list[int]:
+        try:
+            return [int(p) for p in self.procs_file.read_text().split()]
+        except OSError:
+            return []
+
+    def kill_all(self) -> None:
+        for _ in range(200):
+            pids = self.members()
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+        raise SandboxError(f"processes survive in {self.path} after SIGKILL: {self.members()}")
+
+    def remove(self) -> None:
+        for _ in range(100):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)  # members are still being reaped
+
+
+@dataclass
+class RawRun:
+    stdout: bytes
+    stderr: bytes
+    stdout_total: int
+    stderr_total: int
+    status: dict[str, Any] | None
+    killed_for: Literal["wall_time", "output"] | None
+    exit_code: int
+    duration_s: float
+    pids_limit_hit: bool
+    oom_killed: bool = False
+
+
+class OutputBuffer:
+    """Keeps the first `keep` bytes of a stream and counts all of them."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.data = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.keep - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+
+
+def run_launcher(
+    argv: Sequence[str],
+    *,
+    code: str | None,
+    limits: Limits,
+    env: dict[str, str] | None,
+    cwd: Path | None,
+    status_fd: int,
+    status_read: int,
+    cgroup: PidsCgroup | None,
+) -> RawRun:
+    """Run `argv` (which starts the launcher) to completion or until a limit, capturing output.
+
+    `status_fd` is the write end of the launcher's status pipe (passed to the child), and
+    `status_read` its read end; both are closed here.
+    """
+    cmd = list(argv)
+    if cgroup is not None:  # join the cgroup before exec so every descendant is inside it
+        cmd = ["/bin/sh", "-c", 'echo $$ > "$0" || exit 125; exec "$@"', str(cgroup.procs_file)]
+        cmd += list(argv)
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            pass_fds=(status_fd,),
+            start_new_session=True,
+        )
+    except OSError as exc:
+        os.close(status_fd)
+        os.close(status_read)
+        raise SandboxError(f"cannot start the sandbox ({cmd[0]}): {exc}") from exc
+    os.close(status_fd)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    pending = (code or "").encode("utf-8")
+    streams = {proc.stdout.fileno(): OutputBuffer(limits.max_output_bytes)}
+    streams[proc.stderr.fileno()] = OutputBuffer(limits.max_output_bytes)
+    status_buf = bytearray()
+    sel = selectors.DefaultSelector()
+    for fd in (*streams, status_read):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    stdin_fd = proc.stdin.fileno()
+    os.set_blocking(stdin_fd, False)
+    sel.register(stdin_fd, selectors.EVENT_WRITE)
+    open_fds = {*streams, status_read}
+    deadline = start + limits.wall_time_s
+    killed_for: Literal["wall_time", "output"] | None = None
+    grace = False
+
+    def kill() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if cgroup is not None:
+            cgroup.kill_all()
+
+    while open_fds:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            killed_for = None if grace else "wall_time"
+            break
+        for key, _ in sel.select(timeout=min(remaining, 0.5)):
+            fd = int(key.fd)
+            if fd == stdin_fd:
+                try:
+                    sent = os.write(fd, pending[:65536])
+                    pending = pending[sent:]
+                except (BrokenPipeError, BlockingIOError) as exc:
+                    if isinstance(exc, BrokenPipeError):
+                        pending = b""
+                if not pending:
+                    sel.unregister(fd)
+                    proc.stdin.close()
+                continue
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                sel.unregister(fd)
+                open_fds.discard(fd)
+            elif fd == status_read:
+                status_buf += chunk
+                if b"\n" in status_buf:  # the payload ended: collect what is left, briefly
+                    deadline = min(deadline, time.monotonic() + _GRACE_S)
+                    grace = True
+            else:
+                streams[fd].feed(chunk)
+        if sum(s.total for s in streams.values()) > limits.output_kill_bytes:
+            killed_for = "output"
+            break
+    kill()  # whatever is left of the tree: a timed-out payload, or daemons it left behind
+    sel.close()
+    if not proc.stdin.closed:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    try:
+        exit_code = proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        kill()
+        exit_code = proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+    with contextlib.suppress(OSError):
+        status_buf += os.read(status_read, 65536)
+    os.close(status_read)
+    status = _parse_status(bytes(status_buf))
+    out, err = streams.values()
+    return RawRun(
+        stdout=bytes(out.data),
+        stderr=bytes(err.data),
+        stdout_total=out.total,
+        stderr_total=err.total,
+        status=status,
+        killed_for=killed_for,
+        exit_code=exit_code,
+        duration_s=time.monotonic() - start,
+        pids_limit_hit=cgroup.limit_hit() if cgroup is not None else False,
+    )
+
+
+def _parse_status(data: bytes) -> dict[str, Any] | None:
+    for line in reversed(data.decode("utf-8", "replace").splitlines()):
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                return record
+    return None
+
+
+def to_result(raw: RawRun, limits: Limits) -> ExecResult:
+    """Turn a raw run into the `ExecResult` the caller sees, classifying any limit hit."""
+    status = raw.status or {}
+    returncode = status.get("returncode")
+    if raw.status is None and raw.killed_for is None:
+        raise SandboxError(
+            f"the sandbox exited with {raw.exit_code} before the launcher reported; stderr: "
+            f"{raw.stderr[-2000:].decode('utf-8', 'replace')}"
+        )
+    stdout = raw.stdout.decode("utf-8", "replace")
+    stderr = raw.stderr.decode("utf-8", "replace")
+    if raw.stdout_total > len(raw.stdout):
+        stdout += truncate_marker(len(raw.stdout), raw.stdout_total)
+    if raw.stderr_total > len(raw.stderr):
+        stderr += truncate_marker(len(raw.stderr), raw.stderr_total)
+    observed = Observed(
+        killed_for=raw.killed_for,
+        returncode=returncode,
+        signal=status.get("signal"),
+        cpu_s=status.get("cpu_s"),
+        pids_limit_hit=raw.pids_limit_hit,
+        oom_killed=raw.oom_killed,
+        stderr_tail=stderr[-4000:],
+    )
+    if returncode is None:
+        returncode = -signal.SIGKILL
+    return ExecResult(
+        returncode=int(returncode),
+        stdout=stdout,
+        stderr=stderr,
+        stdout_truncated=raw.stdout_total > len(raw.stdout),
+        stderr_truncated=raw.stderr_total > len(raw.stderr),
+        limit_hit=classify(observed, limits),
+        duration_s=round(raw.duration_s, 4),
+    )

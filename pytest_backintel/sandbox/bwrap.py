@@ -1,0 +1,212 @@
+"""The bubblewrap backend (default on Linux): namespaces, a minimal read-only root, no network.
+
+Each `exec` starts a fresh `bwrap` with every namespace unshared (so no network), the root built
+only from /usr (without /usr/local), the loader cache, a synthetic passwd/group, the harness's
+Python and the project's site-packages, all read-only; the item's workspace read-write at
+/workspace; the store read-only at /data/store/<name>; a small tmpfs /tmp. The payload runs as
+uid 65534 inside, in its own pid namespace, so killing bwrap ends the whole tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pytest_backintel.sandbox._process import PidsCgroup, run_launcher, to_result
+from pytest_backintel.sandbox._shipped import (
+    BIN_INSIDE,
+    LIB_INSIDE,
+    SANDBOX_GID,
+    SANDBOX_UID,
+    SITE_INSIDE,
+    python_paths,
+    sandbox_env,
+    write_shipped,
+)
+from pytest_backintel.sandbox.base import (
+    STORE_DIR,
+    WORKSPACE,
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    SandboxProvider,
+    SandboxUnavailable,
+)
+from pytest_backintel.sandbox.limits import Limits
+
+__all__ = ["BwrapProvider", "BwrapSandbox"]
+
+_STATUS_FD_INSIDE = "/dev/fd/{fd}"
+_ROOT_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/nsswitch.conf")
+
+
+def _root_args(base: Path, interpreter: Path, site: Path, shipped: Path) -> list[str]:
+    """The read-only root: /usr minus /usr/local, top-level links, loader files, Python."""
+    args = ["--ro-bind", "/usr", "/usr", "--tmpfs", "/usr/local"]
+    for top in _ROOT_DIRS:
+        path = Path(top)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), top]
+        elif path.is_dir():
+            args += ["--ro-bind", top, top]
+    for file in _ETC_FILES:
+        args += ["--ro-bind-try", file, file]
+    args += ["--ro-bind-try", "/etc/alternatives", "/etc/alternatives"]
+    for name in ("passwd", "group", "hosts"):
+        args += ["--ro-bind", str(shipped / "etc" / name), f"/etc/{name}"]
+    stdlib = base / "lib"
+    args += ["--ro-bind", str(stdlib), str(stdlib)]
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    base_site = stdlib / version / "site-packages"
+    if base_site.is_dir():  # the base interpreter's own packages stay out
+        args += ["--tmpfs", str(base_site)]
+    args += ["--ro-bind", str(interpreter), str(interpreter)]
+    args += ["--ro-bind", str(site), SITE_INSIDE]
+    args += ["--ro-bind", str(shipped / "lib"), LIB_INSIDE]
+    args += ["--ro-bind", str(shipped / "bin"), BIN_INSIDE]
+    return args
+
+
+class BwrapSandbox(Sandbox):
+    """One item's bubblewrap sandbox; every `exec` is a new bwrap over the same workspace."""
+
+    def __init__(
+        self, provider: BwrapProvider, workspace: Path, store: Path | None, limits: Limits
+    ) -> None:
+        super().__init__(workspace, limits)
+        self._provider = provider
+        self._store = store
+
+    @property
+    def store_path(self) -> str | None:
+        return None if self._store is None else f"{STORE_DIR}/{self._store.name}"
+
+    def _exec(self, cmd: str | Sequence[str], limits: Limits) -> ExecResult:
+        return self._provider.run(cmd, workspace=self.workspace, store=self._store, limits=limits)
+
+
+class BwrapProvider(SandboxProvider):
+    """bubblewrap sandboxes; processes are capped by a pids cgroup when one is writable."""
+
+    name: ClassVar[str] = "bwrap"
+    bwrap_path: ClassVar[str] = "bwrap"
+
+    def _check_available(self) -> None:
+        exe = shutil.which(self.bwrap_path)
+        if exe is None:
+            raise SandboxUnavailable(
+                "the bwrap sandbox needs bubblewrap: install it (Debian/Ubuntu: "
+                "`apt-get install bubblewrap`) or choose --sandbox docker|subprocess"
+            )
+        self._exe = exe
+        self._base, self._interpreter, self._site = python_paths()
+        self._shipped = write_shipped(self.session_dir / "shipped", self._interpreter)
+        probe = subprocess.run(
+            [exe, "--unshare-all", "--die-with-parent", *self._root_base(), "true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if probe.returncode != 0:
+            raise SandboxUnavailable(
+                f"bwrap cannot create namespaces here ({probe.stderr.strip()}); unprivileged "
+                "user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone=1, "
+                "or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0)"
+            )
+        self.cgroup_mode = PidsCgroup.base() is not None
+
+    def _root_base(self) -> list[str]:
+        return _root_args(self._base, self._interpreter, self._site, self._shipped)
+
+    def open(self, store_mount: Path | None, workdir: Path | None = None) -> BwrapSandbox:
+        self.session_dir  # noqa: B018 - raises when setup_session was not called
+        if store_mount is not None and not store_mount.exists():
+            raise SandboxError(f"store to mount does not exist: {store_mount}")
+        store = store_mount.resolve() if store_mount is not None else None
+        return BwrapSandbox(self, self._new_workspace(workdir), store, self.limits)
+
+    def argv(
+        self,
+        *,
+        workspace: Path,
+        store: Path | None,
+        limits: Limits,
+        status_fd: int,
+        payload: Sequence[str] = (),
+    ) -> list[str]:
+        """The full bwrap command line of one execution (empty payload: code on stdin)."""
+        store_inside = None if store is None else f"{STORE_DIR}/{store.name}"
+        path = f"{BIN_INSIDE}:/usr/bin:/bin"
+        env = sandbox_env(
+            limits,
+            store=store_inside,
+            workspace=WORKSPACE,
+            tmp="/tmp",
+            lib=LIB_INSIDE,
+            site=SITE_INSIDE,
+            path=path,
+        )
+        args = [self._exe, "--unshare-all", "--die-with-parent", "--new-session"]
+        args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox"]
+        args += ["--unshare-user", "--disable-userns"]
+        args += self._root_base()
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--size", str(limits.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+        args += ["--bind", str(workspace), WORKSPACE]
+        if store is not None and store_inside is not None:
+            args += ["--ro-bind", str(store), store_inside]
+        args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
+        for key, value in sorted(env.items()):
+            args += ["--setenv", key, value]
+        spec = {
+            "rlimits": limits.rlimits(nproc=not self.cgroup_mode),
+            "python": str(self._interpreter),
+            "status": _STATUS_FD_INSIDE.format(fd=status_fd),
+            "argv": list(payload),
+        }
+        launcher = [str(self._interpreter), "-I", "-S", f"{LIB_INSIDE}/_launcher.py"]
+        return [*args, "--", *launcher, _json(spec)]
+
+    def run(
+        self, cmd: str | Sequence[str], *, workspace: Path, store: Path | None, limits: Limits
+    ) -> ExecResult:
+        """One execution in a fresh bwrap over `workspace`."""
+        read_fd, write_fd = os.pipe()
+        payload = () if isinstance(cmd, str) else tuple(cmd)
+        argv = self.argv(
+            workspace=workspace, store=store, limits=limits, status_fd=write_fd, payload=payload
+        )
+        cgroup = PidsCgroup.create(limits.max_processes) if self.cgroup_mode else None
+        try:
+            raw = run_launcher(
+                argv,
+                code=cmd if isinstance(cmd, str) else None,
+                limits=limits,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                cwd=None,
+                status_fd=write_fd,
+                status_read=read_fd,
+                cgroup=cgroup,
+            )
+        finally:
+            if cgroup is not None:
+                cgroup.kill_all()
+                cgroup.remove()
+        return to_result(raw, limits)
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info["process_limit"] = "pids cgroup" if getattr(self, "cgroup_mode", False) else "nproc"
+        return info
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))

@@ -1,0 +1,113 @@
+"""The subprocess backend: rlimits only, no isolation. Unsafe; for machines without bwrap.
+
+The payload runs as the harness's user on the host file system with the network reachable. Only
+the environment is cleared, the working directory is the item's workspace, and the same limits
+apply (a pids cgroup caps processes where one is writable, else RLIMIT_NPROC).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from pytest_backintel.sandbox._process import PidsCgroup, run_launcher, to_result
+from pytest_backintel.sandbox._shipped import python_paths, sandbox_env, write_shipped
+from pytest_backintel.sandbox.base import (
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    SandboxProvider,
+)
+from pytest_backintel.sandbox.limits import Limits
+
+__all__ = ["UNSAFE_WARNING", "SubprocessProvider", "SubprocessSandbox"]
+
+UNSAFE_WARNING = (
+    "sandbox 'subprocess' is UNSAFE: analyst Python runs on the host with only rlimits "
+    "(no file-system or network isolation; the store is not write-protected beyond its file "
+    "permissions). Use it only for trusted analysts or where bwrap and docker are unavailable."
+)
+
+
+class SubprocessSandbox(Sandbox):
+    def __init__(
+        self, provider: SubprocessProvider, workspace: Path, store: Path | None, limits: Limits
+    ) -> None:
+        super().__init__(workspace, limits)
+        self._provider = provider
+        self._store = store
+
+    @property
+    def store_path(self) -> str | None:
+        return None if self._store is None else str(self._store)
+
+    @property
+    def workspace_inside(self) -> str:
+        return str(self.workspace)
+
+    def _exec(self, cmd: str | Sequence[str], limits: Limits) -> ExecResult:
+        return self._provider.run(cmd, workspace=self.workspace, store=self._store, limits=limits)
+
+
+class SubprocessProvider(SandboxProvider):
+    """Host subprocesses under rlimits; `unsafe` is True and `warning` must be shown."""
+
+    name: ClassVar[str] = "subprocess"
+    unsafe: ClassVar[bool] = True
+    warning: ClassVar[str | None] = UNSAFE_WARNING
+
+    def _check_available(self) -> None:
+        self._base, self._interpreter, self._site = python_paths()
+        self._shipped = write_shipped(self.session_dir / "shipped", self._interpreter)
+        self.cgroup_mode = PidsCgroup.base() is not None
+
+    def open(self, store_mount: Path | None, workdir: Path | None = None) -> SubprocessSandbox:
+        self.session_dir  # noqa: B018 - raises when setup_session was not called
+        if store_mount is not None and not store_mount.exists():
+            raise SandboxError(f"store to mount does not exist: {store_mount}")
+        store = store_mount.resolve() if store_mount is not None else None
+        return SubprocessSandbox(self, self._new_workspace(workdir), store, self.limits)
+
+    def run(
+        self, cmd: str | Sequence[str], *, workspace: Path, store: Path | None, limits: Limits
+    ) -> ExecResult:
+        tmp = workspace / ".tmp"
+        tmp.mkdir(exist_ok=True)
+        env = sandbox_env(
+            limits,
+            store=None if store is None else str(store),
+            workspace=str(workspace),
+            tmp=str(tmp),
+            lib=str(self._shipped / "lib"),
+            site=str(self._site),
+            path=f"{self._shipped / 'bin'}:/usr/bin:/bin",
+        )
+        read_fd, write_fd = os.pipe()
+        spec = {
+            "rlimits": limits.rlimits(nproc=not self.cgroup_mode),
+            "python": str(self._interpreter),
+            "status": f"/dev/fd/{write_fd}",
+            "argv": [] if isinstance(cmd, str) else list(cmd),
+        }
+        launcher = str(self._shipped / "lib" / "_launcher.py")
+        argv = [str(self._interpreter), "-I", "-S", launcher, json.dumps(spec)]
+        cgroup = PidsCgroup.create(limits.max_processes) if self.cgroup_mode else None
+        try:
+            raw = run_launcher(
+                argv,
+                code=cmd if isinstance(cmd, str) else None,
+                limits=limits,
+                env=env,
+                cwd=workspace,
+                status_fd=write_fd,
+                status_read=read_fd,
+                cgroup=cgroup,
+            )
+        finally:
+            if cgroup is not None:
+                cgroup.kill_all()
+                cgroup.remove()
+        return to_result(raw, limits)

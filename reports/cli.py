@@ -1,0 +1,80 @@
+"""`backintel report RUN` and `backintel compare BASELINE CANDIDATE`.
+
+`register(subparsers)` adds both to the `backintel` parser; `main(argv)` runs them alone.
+Exit codes: report 0 (2 for an unreadable run folder); compare 0 accept, 1 reject,
+2 refused (different scenario or data hashes, or an unreadable run folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from reports.compare import ComparisonRefused, compare_runs, render_comparison
+from reports.load import RunFolderError, load_run
+from reports.prices import PriceTableError
+from reports.report import build_report
+
+__all__ = ["build_parser", "main", "register"]
+
+
+def _report(args: argparse.Namespace) -> int:
+    try:
+        files = build_report(Path(args.run), args.out)
+    except (RunFolderError, PriceTableError) as exc:
+        print(f"backintel report: {exc}", file=sys.stderr)
+        return 2
+    for banner in files.summary.run.banners:
+        print(banner)
+    t = files.summary.overall
+    rate = "n/a" if t.pass_rate is None else f"{t.pass_rate:.1%}"
+    print(
+        f"{files.summary.run.run_id}: {t.passed}/{t.attempted} attempted trials passed ({rate}), "
+        f"{t.blocked} blocked, {t.not_run} not run"
+    )
+    for path in (files.markdown, files.html, files.workbook):
+        print(f"wrote {path}")
+    print(f"wrote {len(files.charts)} charts (SVG and PNG) in {files.markdown.parent / 'charts'}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    try:
+        result = compare_runs(load_run(args.baseline), load_run(args.candidate))
+    except (RunFolderError, ComparisonRefused) as exc:
+        print(f"backintel compare: {exc}", file=sys.stderr)
+        return 2
+    print(render_comparison(result), end="")
+    return 0 if result.accepted else 1
+
+
+def register(subparsers: Any) -> None:
+    """Add `report` and `compare` to the `backintel` subcommands (`add_subparsers()` result)."""
+    p = subparsers.add_parser("report", help="scorecard (md, html), charts and workbook for a run")
+    p.add_argument("run", help="a run folder, results/<run-id>")
+    p.add_argument("--out", default=None, help="write here instead of into the run folder")
+    p.set_defaults(func=_report)
+    p = subparsers.add_parser(
+        "compare", help="accept or reject a candidate run against a baseline run"
+    )
+    p.add_argument("baseline", help="the baseline run folder")
+    p.add_argument("candidate", help="the candidate run folder")
+    p.set_defaults(func=_compare)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="backintel", description=__doc__)
+    register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

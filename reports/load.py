@@ -1,0 +1,176 @@
+"""Read a run folder (`results/<run-id>/`): its `run.json` header and its trial records.
+
+`records.jsonl` is preferred; when it is missing (an interrupted or still-running session)
+the per-process `parts/records-*.jsonl` files are merged in memory, the same way the
+controller would. A torn last line (a writer killed mid-line) is skipped with a warning; a
+malformed line anywhere else is corruption and raises `RunFolderError` naming `file:line`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CALIBRATION_BANNER",
+    "REPLAY_BANNER",
+    "Run",
+    "RunFolderError",
+    "load_run",
+    "read_jsonl",
+]
+
+CALIBRATION_BANNER = "CALIBRATION RUN — measures the harness, not a model"
+REPLAY_BANNER = "REPLAY RUN — re-scores recorded answers, no model was called"
+
+
+class RunFolderError(Exception):
+    """A run folder is missing, unreadable or malformed; the message says where."""
+
+
+def read_jsonl(path: Path, label: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records of a JSONL file and warnings (naming `label`, default the path); only the last
+    line may be torn."""
+    name = label or str(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                warnings.append(f"{name}:{number}: skipped a torn last line ({exc.msg})")
+                continue
+            raise RunFolderError(
+                f"{path}:{number}: not a JSON record ({exc.msg}); only the last line of a "
+                "records file may be torn"
+            ) from exc
+        if not isinstance(value, dict):
+            raise RunFolderError(f"{path}:{number}: expected a JSON object, got {value!r:.60}")
+        records.append(value)
+    return records, warnings
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder: header, records (sorted by node id and trial) and load warnings."""
+
+    path: Path
+    header: dict[str, Any]
+    records: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.header.get("run_id") or self.path.name)
+
+    @property
+    def is_calibration(self) -> bool:
+        analyst = self.header.get("analyst") or {}
+        if isinstance(analyst, dict) and analyst.get("calibration") is True:
+            return True
+        return any((r.get("analyst") or {}).get("kind") == "calibration" for r in self.records)
+
+    @property
+    def is_replay(self) -> bool:
+        analyst = self.header.get("analyst") or {}
+        if isinstance(analyst, dict) and "replay" in (
+            str(analyst.get("spec", "")),
+            str(analyst.get("kind", "")),
+        ):
+            return True
+        return any((r.get("analyst") or {}).get("kind") == "replay" for r in self.records)
+
+    @property
+    def banners(self) -> list[str]:
+        """Labels every page and sheet of this run's reports must carry."""
+        out = []
+        if self.is_calibration:
+            out.append(CALIBRATION_BANNER)
+        if self.is_replay:
+            out.append(REPLAY_BANNER)
+        return out
+
+    @property
+    def analyst_name(self) -> str:
+        names = sorted({str((r.get("analyst") or {}).get("name")) for r in self.records})
+        if names:
+            return ", ".join(names)
+        analyst = self.header.get("analyst") or {}
+        return str(analyst.get("spec", "unknown")) if isinstance(analyst, dict) else "unknown"
+
+    @property
+    def model(self) -> str | None:
+        model = self.header.get("model")
+        if model:
+            return str(model)
+        models = sorted({str(r["model"]) for r in self.records if r.get("model")})
+        return ", ".join(models) if models else None
+
+    @cached_property
+    def scenario_hash(self) -> str:
+        """sha256 over `id@scenario_sha` of every recorded case, as the harness computes it."""
+        cases = sorted({f"{r['scenario_id']}@{r.get('scenario_sha', '')}" for r in self.records})
+        return hashlib.sha256("\n".join(cases).encode()).hexdigest()
+
+    @cached_property
+    def data_hashes(self) -> dict[str, str]:
+        """world -> data hash over the records (falls back to run.json's `data_hashes`)."""
+        found = {(str(r["world"]), str(r["data_hash"])) for r in self.records if r.get("data_hash")}
+        if found:
+            return dict(sorted(found))
+        header = self.header.get("data_hashes") or {}
+        return {str(k): str(v) for k, v in sorted(header.items())}
+
+
+def _read_header(path: Path) -> dict[str, Any]:
+    file = path / "run.json"
+    if not file.exists():
+        return {}
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunFolderError(f"{file}: not readable JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{file}: expected a JSON object")
+    return data
+
+
+def load_run(path: Path | str) -> Run:
+    """Load a run folder; raise `RunFolderError` if it holds neither run.json nor records."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise RunFolderError(f"{folder}: no such run folder (expected results/<run-id>/)")
+    header = _read_header(folder)
+    records_file = folder / "records.jsonl"
+    parts = sorted((folder / "parts").glob("records-*.jsonl"))
+    records: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    if records_file.exists():
+        records, warnings = read_jsonl(records_file, records_file.name)
+    elif parts:
+        for part in parts:
+            found, warned = read_jsonl(part, f"parts/{part.name}")
+            records += found
+            warnings += warned
+        warnings.append(f"no records.jsonl; merged {len(parts)} part file(s) from parts/")
+    elif not header:
+        raise RunFolderError(
+            f"{folder}: neither run.json nor records.jsonl nor parts/records-*.jsonl found"
+        )
+    for index, record in enumerate(records):
+        missing = [k for k in ("scenario_id", "outcome") if k not in record]
+        if missing:
+            raise RunFolderError(f"{folder}: record {index + 1} lacks {', '.join(missing)}")
+    records.sort(key=lambda r: (str(r.get("nodeid", r["scenario_id"])), int(r.get("trial", 0))))
+    for warning in warnings:
+        print(f"backintel: {folder}: {warning}", file=sys.stderr)
+    return Run(folder, header, records, warnings)

@@ -1,0 +1,36 @@
+"""`backintel report`: every artefact of one run folder, written into that folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from reports.charts import ChartFile, render_charts
+from reports.load import load_run
+from reports.scorecard import write_scorecards
+from reports.summary import RunSummary, summarize
+from reports.workbook import write_workbook
+
+__all__ = ["ReportFiles", "build_report"]
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    summary: RunSummary
+    markdown: Path
+    html: Path
+    workbook: Path
+    charts: list[ChartFile]
+
+
+def build_report(run_dir: Path | str, out_dir: Path | str | None = None) -> ReportFiles:
+    """Render `scorecard.md`, `scorecard.html`, `scorecard.xlsx` and `charts/*.{svg,png}`
+    for the run in `run_dir` (into `out_dir`, default the run folder itself)."""
+    run = load_run(run_dir)
+    target = Path(out_dir) if out_dir is not None else run.path
+    target.mkdir(parents=True, exist_ok=True)
+    summary = summarize(run)
+    charts = render_charts(summary, target / "charts")
+    md, html = write_scorecards(summary, charts, target)
+    book = write_workbook(summary, target)
+    return ReportFiles(summary, md, html, book, charts)

@@ -1,0 +1,141 @@
+"""Render a run's scorecard as Markdown and HTML from the jinja2 templates in `templates/`.
+
+Every page carries the run's banners (calibration, replay). Nothing time-dependent is added
+beyond what the run folder records, so the same run always renders the same text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from reports.charts import ChartFile
+from reports.summary import RunSummary
+
+__all__ = ["render_html", "render_markdown", "scorecard_context"]
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("reports", "templates"),
+    autoescape=jinja2.select_autoescape(["html.j2"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    undefined=jinja2.StrictUndefined,
+)
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+_ENV.filters["pct"] = pct
+_ENV.filters["num"] = num
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f} s"
+
+
+def _facts(summary: RunSummary) -> list[tuple[str, str]]:
+    run, header = summary.run, summary.run.header
+    analyst = header.get("analyst") or {}
+    git = header.get("git") or {}
+    sha = git.get("sha") or "unknown"
+    dirty = {True: " (dirty work tree)", False: "", None: ""}.get(git.get("dirty"), "")
+    hashes = ", ".join(f"{w}: {h[:16]}" for w, h in run.data_hashes.items()) or "none recorded"
+    return [
+        ("analyst", run.analyst_name),
+        ("analyst label", str(analyst.get("label", "unknown"))),
+        ("model", run.model or "none"),
+        ("store backend", str(header.get("store_backend", "unknown"))),
+        ("trials per case (planned)", str(header.get("trials", "unknown"))),
+        ("frozen run", "yes" if header.get("freeze") else "no"),
+        ("harness version", str(header.get("harness_version", "unknown"))),
+        ("git", f"{sha}{dirty}"),
+        ("method hash", str(header.get("method_hash") or "unknown")[:16]),
+        ("scenario hash", run.scenario_hash[:16]),
+        ("data hashes", hashes),
+        ("started", str(header.get("started_at", "unknown"))),
+        ("finished", str(header.get("finished_at", "not recorded"))),
+    ]
+
+
+def _usage_rows(summary: RunSummary) -> list[tuple[str, str]]:
+    lat, use = summary.latency, summary.usage
+    rng = "n/a" if lat.min_s is None else f"{lat.min_s:.3f} – {lat.max_s:.3f} s"
+    cost = "unknown" if use.cost_usd is None else f"${use.cost_usd:.4f}"
+    return [
+        ("latency median", _seconds(lat.median_s)),
+        ("latency range", rng),
+        ("trials timed", str(lat.count)),
+        ("model requests", str(use.requests)),
+        ("input tokens", str(use.input_tokens)),
+        ("output tokens", str(use.output_tokens)),
+        ("tool calls", str(use.tool_calls)),
+        (f"cost (USD, prices as of {use.prices_as_of})", cost),
+    ]
+
+
+def _failures(summary: RunSummary) -> list[dict[str, Any]]:
+    out = []
+    for r in summary.run.records:
+        if r["outcome"] == "pass":
+            continue
+        reasons = "; ".join(str(x.get("message", "")) for x in r.get("reasons") or [])
+        out.append(
+            {
+                "case": r["scenario_id"],
+                "trial": r.get("trial", 0),
+                "outcome": r["outcome"],
+                "reasons": reasons or "no reason recorded",
+            }
+        )
+    return out
+
+
+def scorecard_context(summary: RunSummary, charts: list[ChartFile]) -> dict[str, Any]:
+    """Everything the templates show, as plain values."""
+    t = summary.overall
+    overall_line = (
+        f"{t.trials} trials: {t.attempted} attempted, {t.passed} passed, {t.failed} failed, "
+        f"{t.blocked} blocked (infra_error), {t.not_run} not run; "
+        f"pass rate {pct(t.pass_rate)} of attempted."
+    )
+    columns = sorted({k for values in summary.pass_k.values() for k in values})
+    return {
+        "run_id": summary.run.run_id,
+        "banners": summary.run.banners,
+        "facts": _facts(summary),
+        "overall": t,
+        "overall_line": overall_line,
+        "breakdowns": list(summary.breakdowns.items()),
+        "usage_rows": _usage_rows(summary),
+        "pass_k": sorted(summary.pass_k.items()),
+        "pass_k_columns": columns,
+        "cases": summary.cases,
+        "failures": _failures(summary),
+        "charts": charts,
+        "warnings": summary.run.warnings,
+    }
+
+
+def render_markdown(summary: RunSummary, charts: list[ChartFile]) -> str:
+    return _ENV.get_template("scorecard.md.j2").render(scorecard_context(summary, charts))
+
+
+def render_html(summary: RunSummary, charts: list[ChartFile]) -> str:
+    return _ENV.get_template("scorecard.html.j2").render(scorecard_context(summary, charts))
+
+
+def write_scorecards(summary: RunSummary, charts: list[ChartFile], out_dir: Path) -> list[Path]:
+    """Write `scorecard.md` and `scorecard.html` into `out_dir`."""
+    md, html = out_dir / "scorecard.md", out_dir / "scorecard.html"
+    md.write_text(render_markdown(summary, charts), encoding="utf-8")
+    html.write_text(render_html(summary, charts), encoding="utf-8")
+    return [md, html]

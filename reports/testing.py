@@ -1,0 +1,137 @@
+"""Write run folders by hand, in the harness's format: for tests, docs and demos.
+
+`record(...)` builds one `records.jsonl` line with every field the harness writes;
+`write_run(folder, header, records)` writes `run.json` and `records.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DATA_HASH", "header", "record", "write_run"]
+
+DATA_HASH = "d" * 64
+
+
+def header(
+    run_id: str,
+    *,
+    calibration: bool = True,
+    model: str | None = None,
+    spec: str | None = None,
+    trials: int = 1,
+) -> dict[str, Any]:
+    """A `run.json` as `BenchSession.run_header` + `finish` write it."""
+    label = "calibration analyst: measures the harness, not a model"
+    return {
+        "run_id": run_id,
+        "started_at": "2026-11-30T10:00:00+00:00",
+        "finished_at": "2026-11-30T10:05:00+00:00",
+        "harness_version": "0.1.0",
+        "analyst": {
+            "spec": spec or ("reference" if calibration else "model"),
+            "calibration": calibration,
+            "label": label if calibration else "model under test",
+        },
+        "model": model,
+        "store_backend": "sqlite",
+        "trials": trials,
+        "freeze": False,
+        "git": {"sha": "0123456789abcdef0123456789abcdef01234567", "dirty": False},
+        "method_hash": "a" * 64,
+    }
+
+
+def record(
+    case: str,
+    outcome: str = "pass",
+    *,
+    trial: int = 0,
+    split: str = "development",
+    level: int = 1,
+    family: str = "orders",
+    answerable: bool = True,
+    run_id: str = "run",
+    kind: str = "calibration",
+    name: str = "reference",
+    model: str | None = None,
+    latency_s: float = 1.0,
+    tokens: tuple[int, int] = (0, 0),
+    data_hash: str = DATA_HASH,
+    sha: str | None = None,
+) -> dict[str, Any]:
+    """One trial record with the fields `write_record` and `TrialResult.to_record` write."""
+    reasons = (
+        []
+        if outcome == "pass"
+        else [{"outcome": outcome, "message": f"{case}: {outcome} found", "metric": "m"}]
+    )
+    blocked = outcome in ("infra_error", "not_run")
+    return {
+        "run_id": run_id,
+        "nodeid": f"scenarios/definitions/{case}.scenario.yaml::{case}[{trial}]",
+        "worker": "main",
+        "recorded_at": "2026-11-30T10:01:00+00:00",
+        "scenario_id": case,
+        "scenario_version": 1,
+        "scenario_sha": sha or f"sha-{case}",
+        "trial": trial,
+        "split": split,
+        "level": level,
+        "family": family,
+        "answerable": answerable,
+        "world": "olist",
+        "snapshot": "base",
+        "data_hash": data_hash,
+        "backend": "sqlite",
+        "store": f"sqlite:bi_{case[:6]}",
+        "analyst": {"name": name, "kind": kind},
+        "model": model,
+        "outcome": outcome,
+        "reasons": reasons,
+        "checks": [],
+        "answer": None if blocked else {"status": "answered", "metrics": [], "evidence": []},
+        "evidence": []
+        if blocked
+        else [
+            {
+                "id": "e1",
+                "kind": "sql",
+                "code": f"SELECT count(*) AS m FROM {case}",
+                "cited": ["m"],
+                "ran": True,
+                "error": None,
+                "values": {"m": 1},
+                "reproduced": {"m": outcome != "unsupported_evidence"},
+                "details": {},
+            }
+        ],
+        "usage": None
+        if blocked
+        else {
+            "requests": 2 if tokens != (0, 0) else 0,
+            "input_tokens": tokens[0],
+            "output_tokens": tokens[1],
+            "tool_calls": 3,
+        },
+        "tool_calls": [],
+        "messages": [],
+        "analyst_error": None,
+        "latency_s": None if blocked else latency_s,
+    }
+
+
+def write_run(
+    folder: Path, run_header: dict[str, Any] | None, records: list[dict[str, Any]] | None
+) -> Path:
+    """Write `run.json` (unless None) and `records.jsonl` (unless None) into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if run_header is not None:
+        (folder / "run.json").write_text(json.dumps(run_header, indent=2, sort_keys=True) + "\n")
+    if records is not None:
+        (folder / "records.jsonl").write_text(
+            "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+        )
+    return folder

@@ -1,0 +1,313 @@
+"""Evaluator-owned references: oracles cross-checked by SQL at build time, stored as JSON.
+
+`build_references` runs every answerable scenario's polars oracle over the world's canonical
+Parquet and its separately written `check_sql` over the world's SQLite file (read-only), and
+aborts with `ReferenceMismatchError` on any disagreement. The result is written to
+`scenarios/references/<world>.json` with the data hash it was computed from; `reference_for`
+refuses references whose data hash differs from the data a run uses.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_backintel.loading import load_scenario_file
+from pytest_backintel.scenario import MetricKind, MetricSpec, Scenario
+from pytest_backintel.tolerance import compare_metric
+from scenarios.worlds import World, data_dir, get_world
+from stores.base import DatasetFiles
+
+__all__ = [
+    "DEFINITIONS_DIR",
+    "REBUILD_HINT",
+    "REFERENCES_DIR",
+    "ReferenceError",
+    "ReferenceMismatchError",
+    "ReferenceSet",
+    "ReferencesOutOfDateError",
+    "StaleReferencesError",
+    "build_all",
+    "build_references",
+    "check_data_hash",
+    "load_references",
+    "load_scenarios",
+    "reference_for",
+    "references_path",
+    "render_references",
+]
+
+HERE = Path(__file__).resolve().parent
+DEFINITIONS_DIR = HERE / "definitions"
+REFERENCES_DIR = HERE / "references"
+REBUILD_HINT = "rebuild them with `uv run backintel references build`"
+DECIMALS = 10
+"""Stored floats are rounded to this many decimals (far below every tolerance) so the JSON
+is byte-identical across builds."""
+
+
+class ReferenceError(Exception):
+    """References could not be built or used."""
+
+
+class ReferenceMismatchError(ReferenceError):
+    """An oracle and its scenario's check_sql disagree, or an oracle is missing or malformed."""
+
+
+class StaleReferencesError(ReferenceError):
+    """References were built from other data or an older scenario version."""
+
+
+class ReferencesOutOfDateError(ReferenceError):
+    """`build_all(write=False)`: the committed references differ from a fresh build."""
+
+
+@dataclass(frozen=True)
+class ReferenceSet:
+    """A loaded references file."""
+
+    path: Path
+    world: str
+    snapshot: str
+    config: dict[str, Any]
+    data_hash: str
+    references: dict[str, dict[str, Any]]
+    """Scenario id -> {"version": n, "values": {metric: value} or None (unanswerable)}."""
+
+
+def references_path(world: str, snapshot: str = "base", root: Path = REFERENCES_DIR) -> Path:
+    """`<root>/<world>.json` for the base snapshot, `<world>-<snapshot>.json` otherwise."""
+    return root / (f"{world}.json" if snapshot == "base" else f"{world}-{snapshot}.json")
+
+
+def load_scenarios(root: Path = DEFINITIONS_DIR) -> list[Scenario]:
+    """Every `*.scenario.yaml` under `root`, validated, sorted by id; repeated ids are errors."""
+    seen: dict[str, Path] = {}
+    out: list[Scenario] = []
+    for path in sorted(root.rglob("*.scenario.yaml")):
+        scenario = load_scenario_file(path)
+        if scenario.id in seen:
+            raise ReferenceError(f"{path}: scenario id {scenario.id!r} also in {seen[scenario.id]}")
+        seen[scenario.id] = path
+        out.append(scenario)
+    return sorted(out, key=lambda s: s.id)
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, DECIMALS) + 0.0  # + 0.0 turns -0.0 into 0.0
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    return value
+
+
+def _short(value: Any, limit: int = 400) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _run_check_sql(scenario: Scenario, sqlite_path: Path) -> dict[str, Any]:
+    """The check_sql result as metric -> value (a table metric gets all rows)."""
+    assert scenario.check_sql is not None
+    con = sqlite3.connect(f"{sqlite_path.as_uri()}?mode=ro", uri=True)
+    try:
+        cur = con.execute(scenario.check_sql)
+        columns = [d[0] for d in cur.description or ()]
+        rows = [dict(zip(columns, r, strict=True)) for r in cur.fetchall()]
+    except sqlite3.Error as exc:
+        raise ReferenceMismatchError(
+            f"scenario {scenario.id!r}: check_sql failed on {sqlite_path}: {exc}"
+        ) from exc
+    finally:
+        con.close()
+    tables = [m for m in scenario.metrics if m.kind is MetricKind.TABLE]
+    if tables:
+        if len(scenario.metrics) != 1:
+            raise ReferenceMismatchError(
+                f"scenario {scenario.id!r}: a table metric must be the scenario's only metric "
+                f"(check_sql returns its rows); metrics: {[m.name for m in scenario.metrics]}"
+            )
+        wanted = {c.name for c in tables[0].columns}
+        if set(columns) != wanted:
+            raise ReferenceMismatchError(
+                f"scenario {scenario.id!r}: check_sql columns {columns} must be exactly the "
+                f"table columns {sorted(wanted)}"
+            )
+        return {tables[0].name: rows}
+    wanted = {m.name for m in scenario.metrics}
+    if set(columns) != wanted or len(rows) != 1:
+        raise ReferenceMismatchError(
+            f"scenario {scenario.id!r}: check_sql must return one row with exactly the columns "
+            f"{sorted(wanted)}; got {len(rows)} row(s) with columns {columns}"
+        )
+    return rows[0]
+
+
+def _compare(scenario: Scenario, spec: MetricSpec, oracle_value: Any, sql_value: Any) -> None:
+    if spec.kind is not MetricKind.TABLE and oracle_value is None:
+        raise ReferenceMismatchError(
+            f"scenario {scenario.id!r}, metric {spec.name!r}: the oracle gives NULL, so the "
+            "question has no value to score; make the question's population non-empty"
+        )
+    cmp = compare_metric(spec, oracle_value, sql_value)
+    if not cmp.ok:
+        raise ReferenceMismatchError(
+            f"scenario {scenario.id!r}, metric {spec.name!r}: oracle value "
+            f"{_short(oracle_value)} and check_sql value {_short(sql_value)} disagree "
+            f"({cmp.detail})"
+        )
+
+
+def _values(scenario: Scenario, world: World, files: DatasetFiles) -> dict[str, Any]:
+    oracle = world.oracles.get(scenario.oracle_name)
+    if oracle is None:
+        raise ReferenceMismatchError(
+            f"scenario {scenario.id!r}: no oracle {scenario.oracle_name!r} registered for world "
+            f"{world.name!r}; add one to the world's oracle registry"
+        )
+    values = oracle(files.parquet_dir)
+    declared = {m.name for m in scenario.metrics}
+    if set(values) != declared:
+        raise ReferenceMismatchError(
+            f"scenario {scenario.id!r}: oracle {scenario.oracle_name!r} returned metrics "
+            f"{sorted(values)}, the scenario declares {sorted(declared)}"
+        )
+    if files.sqlite_path is None:
+        raise ReferenceError(f"world {world.name!r} has no SQLite build to run check_sql on")
+    sql_values = _run_check_sql(scenario, files.sqlite_path)
+    for spec in scenario.metrics:
+        _compare(scenario, spec, values[spec.name], sql_values[spec.name])
+    return {name: _canonical(values[name]) for name in sorted(values)}
+
+
+def build_references(
+    scenarios: Iterable[Scenario], world: World, files: DatasetFiles, snapshot: str = "base"
+) -> dict[str, Any]:
+    """References for `scenarios` of `world`, each oracle cross-checked by its check_sql."""
+    refs: dict[str, Any] = {}
+    for scenario in sorted(scenarios, key=lambda s: s.id):
+        if scenario.dataset.world != world.name or scenario.dataset.snapshot != snapshot:
+            raise ReferenceError(
+                f"scenario {scenario.id!r} is bound to {scenario.dataset.world}/"
+                f"{scenario.dataset.snapshot}, not {world.name}/{snapshot}"
+            )
+        values = _values(scenario, world, files) if scenario.answerable else None
+        refs[scenario.id] = {"version": scenario.version, "values": values}
+    return {
+        "world": world.name,
+        "snapshot": snapshot,
+        "config": world.config,
+        "data_hash": world.data_hash(files),
+        "references": refs,
+    }
+
+
+def render_references(doc: Mapping[str, Any]) -> str:
+    """The canonical JSON text of a references document (sorted keys, trailing newline)."""
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def load_references(path: Path) -> ReferenceSet:
+    """Read a references file; errors say which file and what is wrong."""
+    if not path.is_file():
+        raise StaleReferencesError(f"no references file {path}; {REBUILD_HINT}")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return ReferenceSet(
+            path=path,
+            world=str(doc["world"]),
+            snapshot=str(doc["snapshot"]),
+            config=dict(doc["config"]),
+            data_hash=str(doc["data_hash"]),
+            references={str(k): dict(v) for k, v in doc["references"].items()},
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ReferenceError(f"{path}: not a references file ({exc!r}); {REBUILD_HINT}") from exc
+
+
+def check_data_hash(refs: ReferenceSet, data_hash: str) -> None:
+    """Refuse references computed from other data than the store's."""
+    if refs.data_hash != data_hash:
+        raise StaleReferencesError(
+            f"{refs.path} was built for {refs.world} data with hash {refs.data_hash[:16]}… "
+            f"(config {refs.config}), but the data in use has hash {data_hash[:16]}…. Either "
+            f"the generator, its config (e.g. BACKINTEL_OLIST_ORDERS) or the data changed; "
+            f"{REBUILD_HINT}, or restore the config the references were built with."
+        )
+
+
+_CACHE: dict[tuple[Path, int], ReferenceSet] = {}
+
+
+def _load_cached(path: Path) -> ReferenceSet:
+    key = (path, path.stat().st_mtime_ns if path.exists() else -1)
+    if key not in _CACHE:
+        _CACHE[key] = load_references(path)
+    return _CACHE[key]
+
+
+def reference_for(
+    scenario: Scenario, data_hash: str, root: Path = REFERENCES_DIR
+) -> Mapping[str, Any]:
+    """The reference values of one answerable scenario ({} for an unanswerable one), after
+    checking the data hash and the scenario version."""
+    refs = _load_cached(references_path(scenario.dataset.world, scenario.dataset.snapshot, root))
+    check_data_hash(refs, data_hash)
+    entry = refs.references.get(scenario.id)
+    if entry is None:
+        raise StaleReferencesError(
+            f"{refs.path} has no reference for {scenario.id!r}; {REBUILD_HINT}"
+        )
+    if entry.get("version") != scenario.version:
+        raise StaleReferencesError(
+            f"{refs.path}: reference for {scenario.id!r} is version {entry.get('version')}, the "
+            f"scenario is version {scenario.version}; {REBUILD_HINT}"
+        )
+    values = entry.get("values")
+    if scenario.answerable and not isinstance(values, dict):
+        raise StaleReferencesError(
+            f"{refs.path}: {scenario.id!r} has no values but is answerable; {REBUILD_HINT}"
+        )
+    return dict(values or {})
+
+
+def build_all(
+    write: bool = True,
+    *,
+    definitions: Path = DEFINITIONS_DIR,
+    out_dir: Path = REFERENCES_DIR,
+    data_root: Path | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Build (and with `write`, save) the references of every world the scenarios use.
+
+    With `write=False` nothing is written and `ReferencesOutOfDateError` is raised when a
+    committed file differs from the fresh build. Returns file name -> references document."""
+    groups: dict[tuple[str, str], list[Scenario]] = defaultdict(list)
+    for scenario in load_scenarios(definitions):
+        groups[(scenario.dataset.world, scenario.dataset.snapshot)].append(scenario)
+    built: dict[str, dict[str, Any]] = {}
+    for (world_name, snapshot), scenarios in sorted(groups.items()):
+        world = get_world(world_name)
+        files = world.ensure_built(data_root or data_dir(), snapshot)
+        doc = build_references(scenarios, world, files, snapshot)
+        path = references_path(world_name, snapshot, out_dir)
+        text = render_references(doc)
+        if write:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        elif not path.is_file() or path.read_text(encoding="utf-8") != text:
+            raise ReferencesOutOfDateError(f"{path} differs from a fresh build; {REBUILD_HINT}")
+        answerable = sum(1 for s in scenarios if s.answerable)
+        print(
+            f"{path.name}: {len(scenarios)} scenarios ({answerable} cross-checked by SQL), "
+            f"data hash {doc['data_hash'][:16]}… {'written' if write else 'up to date'}"
+        )
+        built[path.name] = doc
+    return built

@@ -1,0 +1,235 @@
+"""Datasets scenarios are asked over ("worlds"): a registry, and building them to disk once.
+
+A world generates its tables, writes them as canonical Parquet (one `<table>.parquet` per
+table) and builds a SQLite database from that Parquet, under
+`<data dir>/worlds/<name>-<config hash>/`. The build runs once per machine: a file lock makes
+concurrent xdist workers wait for one builder, and the builder writes into a temporary folder
+renamed into place only when complete, so a half-built folder is never used.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import polars as pl
+from filelock import FileLock
+
+from stores.base import DatasetFiles
+
+__all__ = [
+    "DATA_DIR_ENV",
+    "Oracle",
+    "UnknownWorldError",
+    "World",
+    "available_worlds",
+    "content_hash",
+    "data_dir",
+    "get_world",
+]
+
+DATA_DIR_ENV = "BACKINTEL_DATA_DIR"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+COMPLETE_MARKER = "world.json"
+"""Written last inside the build folder; its presence means the build is complete."""
+
+Oracle = Callable[[Path], dict[str, Any]]
+"""An oracle: canonical Parquet folder -> metric name -> value (tables: list of row dicts)."""
+
+
+class UnknownWorldError(LookupError):
+    """No world of that name; the message lists the registered ones."""
+
+
+def data_dir() -> Path:
+    """Where generated data lives: $BACKINTEL_DATA_DIR, else `<repo root>/data`."""
+    raw = os.environ.get(DATA_DIR_ENV, "").strip()
+    return Path(raw).expanduser().resolve() if raw else REPO_ROOT / "data"
+
+
+_SQLITE_TYPES = {pl.String: "TEXT", pl.Int64: "INTEGER", pl.Float64: "REAL"}
+
+
+def _sqlite_type(dtype: pl.DataType) -> str:
+    for polars_type, sql_type in _SQLITE_TYPES.items():
+        if dtype == polars_type:
+            return sql_type
+    raise TypeError(f"no SQLite type for polars dtype {dtype}; allowed: String, Int64, Float64")
+
+
+def content_hash(parquet_dir: Path) -> str:
+    """sha256 over the tables' logical content: names, column names and types, and rows in a
+    canonical (sorted) order. Independent of Parquet encoding, row order and file bytes."""
+    h = hashlib.sha256()
+    files = sorted(parquet_dir.glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"no <table>.parquet files in {parquet_dir}")
+    for path in files:
+        df = pl.read_parquet(path)
+        h.update(f"table {path.stem}\n".encode())
+        h.update(json.dumps([[c, str(t)] for c, t in df.schema.items()]).encode() + b"\n")
+        if df.height:
+            df = df.sort(df.columns, nulls_last=True, maintain_order=True)
+        for row in df.iter_rows():
+            h.update(json.dumps(row, ensure_ascii=False).encode() + b"\n")
+    return h.hexdigest()
+
+
+class World(ABC):
+    """A registered dataset: its config, generator, SQLite keys and oracles."""
+
+    name: ClassVar[str]
+    snapshots: ClassVar[tuple[str, ...]] = ("base",)
+    primary_keys: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    """Table -> primary-key columns in the SQLite build (tables not listed get none)."""
+    foreign_keys: ClassVar[Mapping[str, tuple[tuple[str, str, str], ...]]] = {}
+    """Table -> (column, referenced table, referenced column), declared in the SQLite build."""
+
+    @property
+    @abstractmethod
+    def config(self) -> dict[str, int]:
+        """Everything that determines the data (recorded with references)."""
+
+    @abstractmethod
+    def generate(self, snapshot: str) -> dict[str, pl.DataFrame]:
+        """The tables of one snapshot, deterministically from `config`."""
+
+    @property
+    @abstractmethod
+    def oracles(self) -> Mapping[str, Oracle]:
+        """Oracle name -> function, for the world's answerable scenarios."""
+
+    def code_fingerprint(self) -> str:
+        """A hash of the generator's source, so a changed generator never reuses an old build
+        (override; empty means the config alone identifies the data)."""
+        return ""
+
+    @property
+    def config_hash(self) -> str:
+        """Names the build folder: the config plus the generator's code fingerprint."""
+        blob = json.dumps(
+            {"world": self.name, "code": self.code_fingerprint(), **self.config}, sort_keys=True
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def build_dir(self, data_dir: Path, snapshot: str = "base") -> Path:
+        root = data_dir / "worlds" / f"{self.name}-{self.config_hash}"
+        return root if snapshot == "base" else root / "snapshots" / snapshot
+
+    def _check_snapshot(self, snapshot: str) -> None:
+        if snapshot not in self.snapshots:
+            raise ValueError(
+                f"world {self.name!r} has no snapshot {snapshot!r}; "
+                f"available: {', '.join(self.snapshots)}"
+            )
+
+    def _files(self, folder: Path) -> DatasetFiles:
+        return DatasetFiles(
+            name=self.name,
+            parquet_dir=folder / "parquet",
+            sqlite_path=folder / f"{self.name}.sqlite",
+            extra={"manifest": folder / COMPLETE_MARKER},
+        )
+
+    def ensure_built(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
+        """The snapshot's Parquet and SQLite files, building them first if absent.
+
+        Safe under concurrency: one process builds under a file lock, the others wait and
+        reuse its result."""
+        self._check_snapshot(snapshot)
+        final = self.build_dir(data_dir, snapshot)
+        if (final / COMPLETE_MARKER).is_file():
+            return self._files(final)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(final) + ".lock"):
+            if (final / COMPLETE_MARKER).is_file():
+                return self._files(final)
+            if final.exists():  # left behind by an interrupted, non-atomic removal
+                shutil.rmtree(final)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+            tmp.chmod(0o755)
+            try:
+                self._build_into(tmp, snapshot)
+                tmp.rename(final)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        return self._files(final)
+
+    def _build_into(self, folder: Path, snapshot: str) -> None:
+        tables = self.generate(snapshot)
+        parquet_dir = folder / "parquet"
+        parquet_dir.mkdir()
+        for table, df in sorted(tables.items()):
+            df.write_parquet(parquet_dir / f"{table}.parquet", statistics=False)
+        self._build_sqlite(parquet_dir, folder / f"{self.name}.sqlite")
+        manifest = {
+            "world": self.name,
+            "snapshot": snapshot,
+            "config": self.config,
+            "data_hash": content_hash(parquet_dir),
+            "tables": {t: df.height for t, df in sorted(tables.items())},
+        }
+        (folder / COMPLETE_MARKER).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+
+    def _build_sqlite(self, parquet_dir: Path, target: Path) -> None:
+        """A SQLite database loaded from the canonical Parquet, with types and keys."""
+        con = sqlite3.connect(target)
+        try:
+            for path in sorted(parquet_dir.glob("*.parquet")):
+                df = pl.read_parquet(path)
+                table = path.stem
+                pk = self.primary_keys.get(table, ())
+                cols = [
+                    f'"{c}" {_sqlite_type(t)}{" NOT NULL" if c in pk else ""}'
+                    for c, t in df.schema.items()
+                ]
+                if pk:
+                    cols.append(f"PRIMARY KEY ({', '.join(pk)})")
+                for col, ref_table, ref_col in self.foreign_keys.get(table, ()):
+                    cols.append(f"FOREIGN KEY ({col}) REFERENCES {ref_table} ({ref_col})")
+                con.execute(f'CREATE TABLE "{table}" (\n  ' + ",\n  ".join(cols) + "\n)")
+                marks = ", ".join("?" for _ in df.columns)
+                con.executemany(f'INSERT INTO "{table}" VALUES ({marks})', df.iter_rows())
+            con.commit()
+            con.execute("VACUUM")
+        finally:
+            con.close()
+
+    def data_hash(self, files: DatasetFiles) -> str:
+        """sha256 of the canonical Parquet content (see `content_hash`)."""
+        return content_hash(files.parquet_dir)
+
+
+def _olist() -> World:
+    from scenarios.olist.world import OlistWorld
+
+    return OlistWorld.from_env()
+
+
+_REGISTRY: dict[str, Callable[[], World]] = {"olist": _olist}
+
+
+def available_worlds() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_world(name: str) -> World:
+    """The registered world `name` (config from the environment), or a closest-match error."""
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise UnknownWorldError(
+            f"unknown world {name!r}.{hint} Registered worlds: {', '.join(available_worlds())}."
+        )
+    return factory()

@@ -1,0 +1,294 @@
+"""Shared DuckDB code: a guarded read-only analyst session and per-session templates.
+
+Every DuckDB-backed store (`duckdb`, `lake-parquet`, `files`, `files-mixed`) hands the analyst a
+connection opened by `open_guarded`: a database file opened `read_only=True`, extension
+autoinstall/autoload off, external file access off except for the item's own folder, persistent
+secrets off, and the configuration locked. On top of that engine guard, `check_statement` uses
+DuckDB's own parser (not string matching) to admit exactly one SELECT (or EXPLAIN of one):
+DuckDB's read-only mode still allows temporary tables, `SET VARIABLE`, and COPY/EXPORT into an
+allowed folder, so those are refused by statement type before they reach the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from filelock import FileLock
+
+from stores.base import (
+    MAX_ROWS,
+    Column,
+    QueryError,
+    QueryRefused,
+    QueryResult,
+    QueryTimeout,
+    StoreError,
+    StoreSession,
+    TableInfo,
+)
+from stores.fingerprint import LogicalHasher, tree_sha256
+
+__all__ = [
+    "DuckDBSession",
+    "check_statement",
+    "logical_fingerprint",
+    "open_guarded",
+    "quote_ident",
+    "quote_literal",
+    "template_dir",
+    "to_cell",
+    "tree_sha256",
+]
+
+BASE_CONFIG: dict[str, str] = {
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+    "allow_community_extensions": "false",
+    "allow_persistent_secrets": "false",
+    "threads": "1",
+    "memory_limit": "1GB",
+}
+"""Set at connect time, before anything runs: nothing is installed or loaded behind our back."""
+
+_ALLOWED = {duckdb.StatementType.SELECT}
+_EXPLAIN = re.compile(r"^\s*explain\s+(analyze\s+)?", re.IGNORECASE)
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def open_guarded(db_path: Path, *, allowed_dirs: Sequence[Path] = ()) -> duckdb.DuckDBPyConnection:
+    """`db_path` opened read-only; file access only under `allowed_dirs`; configuration locked."""
+    try:
+        conn = duckdb.connect(str(db_path), read_only=True, config=dict(BASE_CONFIG))
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot open DuckDB store {db_path}: {exc}") from exc
+    if allowed_dirs:
+        dirs = ", ".join(quote_literal(str(d).rstrip("/") + "/") for d in allowed_dirs)
+        conn.execute(f"SET allowed_directories = [{dirs}]")
+    conn.execute("SET temp_directory = ''")
+    conn.execute("SET enable_external_access = false")
+    conn.execute("SET lock_configuration = true")
+    return conn
+
+
+def check_statement(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Admit exactly one SELECT (or EXPLAIN of one), classified by DuckDB's parser."""
+    try:
+        statements = conn.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(f"could not parse the SQL: {exc}") from exc
+    if len(statements) != 1:
+        raise QueryRefused(
+            f"send exactly one statement per run_sql call (got {len(statements)}); "
+            "only a single read-only SELECT is allowed"
+        )
+    kind = statements[0].type
+    if kind == duckdb.StatementType.EXPLAIN:
+        inner = _EXPLAIN.sub("", sql, count=1)
+        inner_types = [s.type for s in conn.extract_statements(inner)] if inner != sql else []
+        if inner_types == [duckdb.StatementType.SELECT]:
+            return
+    if kind not in _ALLOWED:
+        raise QueryRefused(
+            f"{kind.name} statements are refused: this store is read-only and only a single "
+            "SELECT (WITH ..., FROM ..., DESCRIBE, SHOW, SUMMARIZE) or EXPLAIN of one is allowed; "
+            "writes, DDL, temporary tables, ATTACH, COPY, INSTALL/LOAD, SET and PRAGMA are not"
+        )
+
+
+def to_cell(value: Any) -> Any:
+    """A DuckDB value as a `Cell`: plain scalars pass; UUID, interval, list etc. become text."""
+    if value is None or isinstance(value, int | float | str | bytes | Decimal | date | datetime):
+        return value
+    if isinstance(value, memoryview | bytearray):
+        return bytes(value)
+    return str(value)
+
+
+def _classify(exc: duckdb.Error, where: str) -> QueryError:
+    text = f"{exc} (on {where})"
+    if isinstance(exc, duckdb.InterruptException):
+        return QueryTimeout(text)
+    if isinstance(exc, duckdb.PermissionException) or (
+        isinstance(exc, duckdb.InvalidInputException)
+        and ("read-only" in str(exc) or "configuration has been locked" in str(exc))
+    ):
+        return QueryRefused(text)
+    return QueryError(text)
+
+
+class DuckDBSession(StoreSession):
+    """A guarded read-only DuckDB connection with a per-statement timeout."""
+
+    def __init__(self, conn: duckdb.DuckDBPyConnection, *, timeout_s: float, where: str) -> None:
+        self._conn = conn
+        self._timeout_s = timeout_s
+        self._where = where
+        self._lock = threading.Lock()
+
+    def list_tables(self) -> list[str]:
+        rows = self._conn.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = 'main' AND table_catalog = current_database() ORDER BY 1"
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def describe_table(self, name: str) -> TableInfo:
+        known = self.list_tables()
+        if name not in known:
+            raise QueryError(
+                f"unknown table {name!r} on {self._where}; tables are: {', '.join(known)}"
+            )
+        cols = self._conn.execute(
+            "SELECT column_name, data_type, is_nullable = 'YES' FROM information_schema.columns "
+            "WHERE table_schema = 'main' AND table_catalog = current_database() "
+            "AND table_name = ? ORDER BY ordinal_position",
+            [name],
+        ).fetchall()
+        count = self._conn.execute(f"SELECT count(*) FROM {quote_ident(name)}").fetchone()
+        return TableInfo(
+            name=name,
+            columns=[Column(str(c), str(t), bool(n)) for c, t, n in cols],
+            row_count=int(count[0]) if count else 0,
+        )
+
+    def run_sql(self, sql: str, max_rows: int = MAX_ROWS) -> QueryResult:
+        check_statement(self._conn, sql)
+        with self._lock, _interrupt_after(self._conn, self._timeout_s) as fired:
+            try:
+                cursor = self._conn.execute(sql)
+                columns = [d[0] for d in cursor.description or []]
+                rows = cursor.fetchmany(max_rows + 1)
+            except duckdb.Error as exc:
+                if fired.is_set():
+                    raise QueryTimeout(
+                        f"statement ran past the {self._timeout_s:g}s limit on {self._where} "
+                        "and was interrupted; aggregate more or filter earlier"
+                    ) from exc
+                raise _classify(exc, self._where) from exc
+        return QueryResult(
+            columns=columns,
+            rows=[tuple(to_cell(v) for v in row) for row in rows[:max_rows]],
+            truncated=len(rows) > max_rows,
+            max_rows=max_rows,
+        )
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class _interrupt_after:  # noqa: N801 - used as a context manager
+    """Call `conn.interrupt()` after `seconds` unless the block finished first."""
+
+    def __init__(self, conn: duckdb.DuckDBPyConnection, seconds: float) -> None:
+        self._conn = conn
+        self._fired = threading.Event()
+        self._done = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def _fire(self) -> None:
+        with self._done:
+            self._fired.set()
+            self._conn.interrupt()
+
+    def __enter__(self) -> threading.Event:
+        self._timer.start()
+        return self._fired
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+        with self._done:  # a timer already inside _fire finishes before we return
+            pass
+
+
+def _source_key(parquet_dir: Path, kind: str) -> str:
+    digest = hashlib.sha256(kind.encode())
+    for path in sorted(parquet_dir.glob("*.parquet")):
+        st = path.stat()
+        digest.update(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def template_dir(
+    workdir: Path, parquet_dir: Path, kind: str, build: Callable[[Path], None]
+) -> Path:
+    """A folder built once by `build(folder)` per source and kind, shared by workers via a lock.
+
+    Keyed by each Parquet file's resolved path, size and mtime, so a regenerated dataset gets a
+    new template. `build` writes into a scratch folder that is renamed into place when complete.
+    """
+    root = workdir / "_templates"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{kind}-{_source_key(parquet_dir, kind)}"
+    with FileLock(str(final) + ".lock"):
+        if not final.is_dir():
+            scratch = root / f".{final.name}.{os.getpid()}.tmp"
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir()
+            try:
+                build(scratch)
+            except Exception:
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise
+            scratch.rename(final)
+    return final
+
+
+def copy_folder(src: Path, dst: Path) -> None:
+    """Copy every file of `src` into a new `dst` and mark the copies read-only."""
+    dst.mkdir(parents=True)
+    for path in src.iterdir():
+        if path.is_file():
+            target = dst / path.name
+            shutil.copyfile(path, target)
+            target.chmod(0o444)
+
+
+def remove_folder(path: Path) -> None:
+    """Delete a provisioned folder (read-only files included); a missing folder is fine."""
+    if not path.exists():
+        return
+    for p in path.rglob("*"):
+        if p.is_file():
+            p.chmod(0o644)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def logical_fingerprint(conn: duckdb.DuckDBPyConnection) -> str:
+    """`stores.fingerprint.logical_digest` over every table/view in `main`, rows sorted by all
+    columns in SQL (`ORDER BY ALL`) and streamed in batches."""
+    tables = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = 'main' AND table_catalog = current_database() ORDER BY 1"
+        ).fetchall()
+    ]
+    hasher = LogicalHasher()
+    for table in tables:
+        described = conn.execute(f"DESCRIBE {quote_ident(table)}").fetchall()
+        cursor = conn.execute(f"SELECT * FROM {quote_ident(table)} ORDER BY ALL")
+        hasher.add_table(table, [(str(r[0]), str(r[1])) for r in described], _batches(cursor))
+    return hasher.hexdigest()
+
+
+def _batches(cursor: duckdb.DuckDBPyConnection) -> Iterator[tuple[Any, ...]]:
+    while batch := cursor.fetchmany(10_000):
+        yield from batch

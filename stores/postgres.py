@@ -1,0 +1,357 @@
+"""`postgres`: a fresh database and a SELECT-only login role per item on a real server.
+
+Server: `BACKINTEL_PG_DSN` (default `postgresql://postgres@127.0.0.1:5432/postgres`), used as
+the admin connection (psycopg, autocommit). Per item: database `bi_<hex>` and role
+`bi_<hex>_ro`; CONNECT and TEMPORARY revoked from PUBLIC on that database, the role gets CONNECT
+on it, USAGE on schema `public` (CREATE revoked from PUBLIC) and SELECT on its tables only, with
+`statement_timeout` and `default_transaction_read_only` set for the role. Privileges are the
+guard; every analyst statement also runs in a transaction that is rolled back, so a
+`set_config(...)` inside a SELECT cannot outlive it, and non-query statements (SET, DDL, DML)
+are refused up front by their leading keyword.
+
+Tables are created from the Parquet schema (exact NUMERIC(p,s), DATE, TIMESTAMP) and bulk loaded
+through ADBC (`adbc_ingest`). The analyst connects through ADBC as the role; NUMERIC, which
+ADBC returns as text, is converted back to `Decimal` by the column's type.
+
+Fingerprints: logical via `stores.fingerprint` over every table's rows; physical is a sha256 of
+catalog and tuple state: for every relation in `public` its name, kind, relfilenode and columns
+(attname, type, typmod), and for every table the (ctid, xmin) of each row. Any INSERT, UPDATE,
+DELETE, TRUNCATE or DDL changes it; VACUUM (non-FULL), ANALYZE and hint bits do not. The
+asynchronous pg_stat counters are left out because they settle up to a second after a write.
+
+Each database carries a comment `backintel:<host>:<pid>:<token>`; `teardown_session` drops those
+this process created, and `setup_session` drops any left by a process on this host that is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+import socket
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stores.base import (
+    MAX_ROWS,
+    Column,
+    DatasetFiles,
+    Fingerprint,
+    ProvisionedStore,
+    QueryError,
+    QueryRefused,
+    QueryResult,
+    QueryTimeout,
+    Store,
+    StoreError,
+    StoreSession,
+    TableInfo,
+    new_store_id,
+)
+
+__all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+_QUERY_START = re.compile(r"^(?:\s+|--[^\n]*\n?|/\*.*?\*/|\()*([A-Za-z]+)", re.DOTALL)
+_READ_KEYWORDS = {"select", "with", "values", "table"}
+_REFUSED_STATES = {"42501", "25006", "0A000"}
+_TAG = "backintel"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def pg_type(t: pa.DataType) -> str:
+    """The PostgreSQL column type for an Arrow type; `StoreError` for one with no mapping."""
+    simple = {
+        pa.bool_(): "boolean", pa.int8(): "smallint", pa.int16(): "smallint",
+        pa.int32(): "integer", pa.int64(): "bigint", pa.float32(): "real",
+        pa.float64(): "double precision", pa.string(): "text", pa.large_string(): "text",
+        pa.date32(): "date", pa.binary(): "bytea", pa.large_binary(): "bytea",
+    }  # fmt: skip
+    if t in simple:
+        return simple[t]
+    if pa.types.is_decimal(t):
+        return f"numeric({t.precision},{t.scale})"
+    if pa.types.is_timestamp(t):
+        return "timestamptz" if t.tz else "timestamp"
+    if pa.types.is_dictionary(t):
+        return pg_type(t.value_type)
+    raise StoreError(
+        f"postgres store: no column type for Arrow type {t}; allowed: bool, ints, floats, "
+        "decimals, strings, binary, date32, timestamps"
+    )
+
+
+def _adbc() -> Any:
+    """The ADBC PostgreSQL DB-API module (imported only when this backend is used)."""
+    import adbc_driver_postgresql.dbapi  # type: ignore[import-untyped]
+
+    return adbc_driver_postgresql.dbapi
+
+
+def _with_db(dsn: str, db: str, user: str | None = None) -> str:
+    parts = urlsplit(dsn)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    netloc = parts.netloc if user is None else f"{user}@{host}"
+    return urlunsplit((parts.scheme, netloc, f"/{db}", parts.query, parts.fragment))
+
+
+def _convert(table: pa.Table) -> list[tuple[Any, ...]]:
+    """Rows as Python values, NUMERIC (ADBC: text) converted to Decimal by column type."""
+    columns: list[list[Any]] = []
+    for field, col in zip(table.schema, table.columns, strict=True):
+        meta = field.metadata or {}
+        values = col.to_pylist()
+        if meta.get(b"POSTGRESQL:type") == b"numeric":
+            values = [None if v is None else Decimal(v) for v in values]
+        columns.append(values)
+    return list(zip(*columns, strict=True)) if columns else []
+
+
+def _error(exc: Exception, where: str, timeout_s: float) -> QueryError:
+    state = str(getattr(exc, "sqlstate", "") or "")
+    text = f"{str(exc).strip()} (on {where})"
+    if state == "57014":
+        return QueryTimeout(
+            f"statement ran past the {timeout_s:g}s limit on {where} and was cancelled"
+        )
+    if state in _REFUSED_STATES or (state == "42601" and "multiple commands" in str(exc)):
+        return QueryRefused(f"refused, this store is read-only for the analyst: {text}")
+    return QueryError(text)
+
+
+class PostgresSession(StoreSession):
+    """An ADBC connection as the item's SELECT-only role; each statement rolled back."""
+
+    def __init__(self, uri: str, where: str, timeout_s: float) -> None:
+        adbc = _adbc()
+
+        self._where = where
+        self._timeout_s = timeout_s
+        try:
+            self._conn = adbc.connect(uri)
+        except adbc.Error as exc:
+            raise StoreError(f"cannot connect to {where}: {exc}") from exc
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> tuple[list[str], pa.Table]:
+        adbc = _adbc()
+
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute(sql, params or None)
+                table = cur.fetch_arrow_table()
+            return table.column_names, table
+        except adbc.Error as exc:
+            raise _error(exc, self._where, self._timeout_s) from exc
+        finally:
+            with contextlib.suppress(adbc.Error):
+                self._conn.rollback()
+
+    def list_tables(self) -> list[str]:
+        _, t = self._query(
+            "SELECT table_name::text FROM information_schema.tables "
+            "WHERE table_schema = 'public' ORDER BY 1"
+        )
+        return [str(v) for v in t.column(0).to_pylist()]
+
+    def describe_table(self, name: str) -> TableInfo:
+        known = self.list_tables()
+        if name not in known:
+            raise QueryError(
+                f"unknown table {name!r} on {self._where}; tables are: {', '.join(known)}"
+            )
+        _, cols = self._query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull "
+            "FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum > 0 "
+            "AND NOT a.attisdropped ORDER BY a.attnum",
+            (_ident(name),),
+        )
+        _, count = self._query(f"SELECT count(*) FROM {_ident(name)}")
+        return TableInfo(
+            name=name,
+            columns=[Column(str(c), str(t), bool(n)) for c, t, n in _convert(cols)],
+            row_count=int(count.column(0)[0].as_py()),
+        )
+
+    def run_sql(self, sql: str, max_rows: int = MAX_ROWS) -> QueryResult:
+        match = _QUERY_START.match(sql)
+        keyword = match.group(1).lower() if match else ""
+        if keyword not in _READ_KEYWORDS:
+            raise QueryRefused(
+                f"{keyword.upper() or 'this'} statements are refused on {self._where}: the "
+                "store is read-only; send one SELECT (or WITH, VALUES, TABLE). Writes, DDL, "
+                "temporary tables, COPY, SET, EXPLAIN, SHOW and transaction control are refused"
+            )
+        columns, table = self._query(sql)
+        rows = _convert(table.slice(0, max_rows + 1))
+        return QueryResult(
+            columns=columns, rows=rows[:max_rows], truncated=len(rows) > max_rows, max_rows=max_rows
+        )
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+
+class ProvisionedPostgres(ProvisionedStore):
+    backend = "postgres"
+
+    def __init__(self, store: PostgresStore, store_id: str) -> None:
+        self._store = store
+        self.store_id = store_id
+        self.role = f"{store_id}_ro"
+
+    def connect(self) -> PostgresSession:
+        uri = _with_db(self._store.dsn, self.store_id, user=self.role)
+        return PostgresSession(uri, self.display_id, self._store.statement_timeout_s)
+
+    def fingerprint(self) -> Fingerprint:
+        adbc = _adbc()
+
+        from stores import fingerprint
+
+        physical = hashlib.sha256()
+        with adbc.connect(_with_db(self._store.dsn, self.store_id)) as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT c.relname::text, c.relkind::text, c.relfilenode::text, "
+                "coalesce(string_agg(a.attname || ':' || a.atttypid || ':' || a.atttypmod, ',' "
+                "ORDER BY a.attnum), '') FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace LEFT JOIN pg_attribute a "
+                "ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+                "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') "
+                "GROUP BY 1, 2, 3 ORDER BY 1"
+            )
+            relations = cur.fetchall()
+            physical.update(repr(relations).encode())
+            hasher = fingerprint.LogicalHasher()
+            for name in sorted(str(r[0]) for r in relations if r[1] in ("r", "v", "m")):
+                cur.execute(
+                    f"SELECT md5(coalesce(string_agg(ctid::text || ':' || xmin::text, ',' "
+                    f"ORDER BY ctid), '')) FROM {_ident(name)}"
+                )
+                physical.update(f"{name}:{cur.fetchone()}".encode())
+                cur.execute(
+                    "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) "
+                    "FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum > 0 "
+                    "AND NOT a.attisdropped ORDER BY a.attnum",
+                    (_ident(name),),
+                )
+                columns = [(str(c), str(t)) for c, t in cur.fetchall()]
+                order = ", ".join(str(i + 1) for i in range(len(columns)))
+                cur.execute(f"SELECT * FROM {_ident(name)} ORDER BY {order or 'ctid'}")
+                hasher.add_table(name, columns, _convert(cur.fetch_arrow_table()))
+            conn.rollback()
+        return Fingerprint(logical=hasher.hexdigest(), physical=physical.hexdigest())
+
+    def teardown(self) -> None:
+        self._store.drop(self.store_id)
+
+
+class PostgresStore(Store):
+    """Per-item databases and SELECT-only roles on a PostgreSQL server."""
+
+    name = "postgres"
+
+    def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
+        super().__init__(workdir, statement_timeout_s=statement_timeout_s)
+        self.dsn = os.environ.get("BACKINTEL_PG_DSN", DEFAULT_DSN)
+        self._token = secrets.token_hex(4)
+        self._host = socket.gethostname()
+
+    @property
+    def comment(self) -> str:
+        return f"{_TAG}:{self._host}:{os.getpid()}:{self._token}"
+
+    def _admin(self) -> Any:
+        import psycopg
+
+        try:
+            return psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"postgres store: cannot reach the server at {self.dsn} ({exc}); start it or set "
+                "BACKINTEL_PG_DSN"
+            ) from exc
+
+    def setup_session(self) -> None:
+        super().setup_session()
+        with self._admin() as admin:
+            rows = admin.execute(
+                "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
+                "WHERE datname LIKE 'bi\\_%'"
+            ).fetchall()
+        for name, comment in rows:
+            parts = str(comment or "").split(":")
+            stale = len(parts) == 4 and parts[0] == _TAG and parts[1] == self._host
+            if stale and not _pid_alive(int(parts[2])):
+                self.drop(str(name))
+
+    def teardown_session(self) -> None:
+        with self._admin() as admin:
+            rows = admin.execute(
+                "SELECT datname FROM pg_database WHERE shobj_description(oid, 'pg_database') = %s",
+                (self.comment,),
+            ).fetchall()
+        for (name,) in rows:
+            self.drop(str(name))
+
+    def provision(self, dataset: DatasetFiles) -> ProvisionedPostgres:
+        adbc = _adbc()
+
+        store_id = new_store_id()
+        db, role = _ident(store_id), _ident(f"{store_id}_ro")
+        timeout_ms = int(self.statement_timeout_s * 1000)
+        try:
+            with self._admin() as admin:
+                admin.execute(f"CREATE DATABASE {db}")
+                admin.execute(f"COMMENT ON DATABASE {db} IS '{self.comment}'")
+                admin.execute(f"REVOKE ALL ON DATABASE {db} FROM PUBLIC")
+                admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+                admin.execute(f"ALTER ROLE {role} SET statement_timeout = {timeout_ms}")
+                admin.execute(f"ALTER ROLE {role} SET default_transaction_read_only = on")
+                admin.execute(f"GRANT CONNECT ON DATABASE {db} TO {role}")
+            with adbc.connect(_with_db(self.dsn, store_id)) as conn:
+                with conn.cursor() as cur:
+                    cur.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+                    cur.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+                    for path in sorted(dataset.parquet_dir.glob("*.parquet")):
+                        table = pq.read_table(path)
+                        cols = ", ".join(
+                            f"{_ident(f.name)} {pg_type(f.type)}" for f in table.schema
+                        )
+                        cur.execute(f"CREATE TABLE {_ident(path.stem)} ({cols})")
+                        if table.num_rows:
+                            cur.adbc_ingest(path.stem, table, mode="append")
+                    cur.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+                conn.commit()
+        except Exception as exc:
+            self.drop(store_id)
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"postgres store: provisioning {store_id} failed: {exc}") from exc
+        return ProvisionedPostgres(self, store_id)
+
+    def drop(self, store_id: str) -> None:
+        """Drop the item's database and role; missing ones are fine."""
+        with self._admin() as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {_ident(store_id)} WITH (FORCE)")
+            admin.execute(f"DROP ROLE IF EXISTS {_ident(store_id + '_ro')}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
