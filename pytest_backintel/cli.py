@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default="sqlite", help="store backend to re-execute evidence on")
     p.add_argument("answer", help="the answer's JSON file")
     p.set_defaults(func=_score)
+    from reports.cli import register as register_reports
+
+    register_reports(sub)
     return parser
 
 

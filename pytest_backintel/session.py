@@ -160,6 +160,7 @@ class BenchSession:
             self.analyst,
             self.options.limits,
             lambda _scenario: self.reference(item),
+            dialect=self.store.dialect,
         )
         self.write_record(item, result.score.outcome.value, result.to_record())
         if result.score.outcome is Outcome.NOT_RUN:

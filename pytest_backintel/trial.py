@@ -18,6 +18,7 @@ from pytest_backintel.analyst_api import (
     CalibrationKey,
 )
 from pytest_backintel.contract import AnalystAnswer
+from pytest_backintel.dialects import SOURCE_DIALECT, translate
 from pytest_backintel.evidence import EvidenceResult, PythonRunner, jsonable, reexecute
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.scenario import Scenario
@@ -70,11 +71,12 @@ class TrialResult:
         }
 
 
-def calibration_key(scenario: Scenario) -> CalibrationKey:
-    """The oracle-side facts a calibration analyst is given (never a model analyst)."""
+def calibration_key(scenario: Scenario, dialect: str = SOURCE_DIALECT) -> CalibrationKey:
+    """The oracle-side facts a calibration analyst is given (never a model analyst), with the
+    check query in the store's dialect."""
     refusal = scenario.refusal
     return CalibrationKey(
-        check_sql=scenario.check_sql,
+        check_sql=translate(scenario.check_sql, dialect) if scenario.check_sql else None,
         metric_units={m.name: m.unit for m in scenario.metrics},
         metric_kinds={m.name: m.kind.value for m in scenario.metrics},
         tolerances={m.name: tolerance_for(m.kind.value) for m in scenario.metrics},
@@ -111,6 +113,7 @@ def run_trial(
     limits: AnalystLimits,
     load_reference: Callable[[Scenario], Mapping[str, Any]],
     python: PythonRunner | None = None,
+    dialect: str = SOURCE_DIALECT,
 ) -> TrialResult:
     """Run one trial. The reference is loaded only after the analyst has answered."""
     before = store.fingerprint()
@@ -119,7 +122,7 @@ def run_trial(
         connect=store.connect,
         store_label=store.display_id,
         limits=limits,
-        calibration=calibration_key(scenario) if analyst.kind == "calibration" else None,
+        calibration=calibration_key(scenario, dialect) if analyst.kind == "calibration" else None,
     )
     started = time.perf_counter()
     run, failure = _ask(analyst, task)

@@ -13,15 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reports.compare import ComparisonRefused, compare_runs, render_comparison
 from reports.load import RunFolderError, load_run
 from reports.prices import PriceTableError
-from reports.report import build_report
 
 __all__ = ["build_parser", "main", "register"]
 
 
 def _report(args: argparse.Namespace) -> int:
+    from reports.report import build_report  # altair, vl-convert, openpyxl: only when used
+
     try:
         files = build_report(Path(args.run), args.out)
     except (RunFolderError, PriceTableError) as exc:
@@ -42,6 +42,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from reports.compare import ComparisonRefused, compare_runs, render_comparison
+
     try:
         result = compare_runs(load_run(args.baseline), load_run(args.candidate))
     except (RunFolderError, ComparisonRefused) as exc:

@@ -91,6 +91,20 @@ class Comparison:
         )
 
 
+def _scenario_detail(baseline: Run, candidate: Run) -> str:
+    """Which cases differ: present in one run only, or at another version (sha)."""
+    before = {r["scenario_id"]: r.get("scenario_sha") for r in baseline.records}
+    after = {r["scenario_id"]: r.get("scenario_sha") for r in candidate.records}
+    parts = []
+    if only := sorted(set(before) - set(after)):
+        parts.append(f"only in baseline: {', '.join(only)}")
+    if only := sorted(set(after) - set(before)):
+        parts.append(f"only in candidate: {', '.join(only)}")
+    if changed := sorted(k for k in set(before) & set(after) if before[k] != after[k]):
+        parts.append(f"changed: {', '.join(changed)}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def check_comparable(baseline: Run, candidate: Run) -> None:
     """Raise `ComparisonRefused` unless both runs measured the same scenarios on the same data."""
     problems = []
@@ -98,22 +112,9 @@ def check_comparable(baseline: Run, candidate: Run) -> None:
         empty = [n for n, r in (("baseline", baseline), ("candidate", candidate)) if not r.records]
         raise ComparisonRefused(f"nothing to compare: the {' and '.join(empty)} run has no records")
     if baseline.scenario_hash != candidate.scenario_hash:
-        only_b = sorted(
-            {r["scenario_id"] for r in baseline.records}
-            - {r["scenario_id"] for r in candidate.records}
-        )
-        only_c = sorted(
-            {r["scenario_id"] for r in candidate.records}
-            - {r["scenario_id"] for r in baseline.records}
-        )
-        detail = ""
-        if only_b or only_c:
-            detail = (
-                f" (only in baseline: {only_b or 'none'}; only in candidate: {only_c or 'none'})"
-            )
         problems.append(
             f"scenario hash differs: baseline {baseline.scenario_hash[:12]}, "
-            f"candidate {candidate.scenario_hash[:12]}{detail}"
+            f"candidate {candidate.scenario_hash[:12]}{_scenario_detail(baseline, candidate)}"
         )
     worlds = sorted(set(baseline.data_hashes) | set(candidate.data_hashes))
     for world in worlds:
@@ -148,13 +149,11 @@ def decide_suite(split: str, changes: list[CaseChange]) -> tuple[list[str], list
             continue
         what = "blocked, not measured" if c.candidate.blocked else "fails"
         reasons.append(f"mandatory case {what}: {c.scenario_id} ({_describe(c.candidate)})")
-    if split in IMPROVEMENT_SPLITS:
-        if any(c.change == "fixed" for c in changes):
-            pass
-        elif all(c.baseline.passed for c in changes):
-            notes.append("no improvement possible: the baseline already passes every case")
-        else:
-            reasons.append("no improvement on the original cases: no case fixed")
+    if split in IMPROVEMENT_SPLITS and not any(c.change == "fixed" for c in changes):
+        reasons.append("no improvement on the original cases: no case fixed")
+        if all(c.baseline.passed for c in changes):
+            notes.append("the baseline already passes every original case, so no candidate "
+                         "can show the improvement this policy requires")
     return reasons, notes
 
 

@@ -175,6 +175,8 @@ class Store(ABC):
     """A backend: set up once per session, provisions isolated stores per item."""
 
     name: ClassVar[str]
+    dialect: ClassVar[str] = "sqlite"
+    """The SQL dialect the analyst writes here (`sqlite`, `duckdb` or `postgres`)."""
     statement_timeout_s: float = 10.0
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:

@@ -81,6 +81,7 @@ class DuckDBStore(Store):
     """DuckDB database files built from Parquet, one copy per item."""
 
     name = "duckdb"
+    dialect = "duckdb"
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedDuckDB:
         template = template_dir(

@@ -90,6 +90,7 @@ class FilesStore(Store):
     """One CSV file per table."""
 
     name = "files"
+    dialect = "duckdb"
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         return _provision(self, dataset, json_every_second=False)
@@ -99,6 +100,7 @@ class FilesMixedStore(Store):
     """CSV for the 1st, 3rd, ... table by name, newline-delimited JSON for the others."""
 
     name = "files-mixed"
+    dialect = "duckdb"
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         return _provision(self, dataset, json_every_second=True)

@@ -118,6 +118,7 @@ class LakeParquetStore(Store):
     """Parquet files in a per-item folder, exposed as views."""
 
     name = "lake-parquet"
+    dialect = "duckdb"
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         template = template_dir(

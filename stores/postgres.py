@@ -260,6 +260,7 @@ class PostgresStore(Store):
     """Per-item databases and SELECT-only roles on a PostgreSQL server."""
 
     name = "postgres"
+    dialect = "postgres"
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +260,16 @@ def test_workbook_row_counts_with_banner_and_trials(tmp_path: Path) -> None:
     assert _data_rows(book["evidence"], 1) == 6
 
 
+def test_pass_k_table_in_the_scorecard(tmp_path: Path) -> None:
+    outcomes = {"a": ["pass", "pass", "wrong_value"], "b": ["pass", "pass", "pass"]}
+    records = [record(c, o, trial=t) for c, per in outcomes.items() for t, o in enumerate(per)]
+    md = build_report(write_run(tmp_path / "pk", header("pk", trials=3), records)).markdown
+    # a: (3, 2), b: (3, 3) -> k=1 (2/3 + 1)/2, k=2 (1/3 + 1)/2, k=3 (0 + 1)/2
+    assert "| development | 0.833 | 0.667 | 0.500 |" in md.read_text()
+    single = build_report(write_run(tmp_path / "one", header("one"), [record("a")])).markdown
+    assert "pass^k" not in single.read_text()
+
+
 def test_formula_like_text_is_stored_as_text(tmp_path: Path) -> None:
     rec = record("x", "wrong_value")
     rec["reasons"][0]["message"] = '=HYPERLINK("http://evil")'
@@ -274,3 +285,11 @@ def test_report_cli_writes_everything(calibration_run: Path, capsys: Any) -> Non
     assert "6/6 attempted trials passed (100.0%)" in out
     for name in ("scorecard.md", "scorecard.html", "scorecard.xlsx"):
         assert (calibration_run / name).exists()
+
+
+def test_docs_example_runs(capsys: Any) -> None:
+    text = (Path(__file__).parent.parent / "docs" / "reports.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 1
+    exec(compile(blocks[0], "docs/reports.md", "exec"), {})
+    assert "DECISION: REJECT" in capsys.readouterr().out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_backintel.sandbox import ExecResult, Limits, SandboxPathError, SandboxUnavailable
+from pytest_backintel.sandbox import (
+    ExecResult,
+    Limits,
+    SandboxError,
+    SandboxPathError,
+    SandboxUnavailable,
+)
 from pytest_backintel.sandbox.bwrap import BwrapProvider
 from pytest_backintel.sandbox.docker_backend import DockerProvider
 from pytest_backintel.sandbox.evidence import (
@@ -354,3 +361,35 @@ def test_env_is_a_whitelist(
     assert "s3cret" not in result.stdout
     assert env["POLARS_MAX_THREADS"] == "2"
     assert os.environ["BACKINTEL_TEST_SECRET"] == "s3cret"
+
+
+# -- docs/sandbox.md -------------------------------------------------------------------------
+
+
+def test_docs_examples_run(store: Path, tmp_path: Path) -> None:
+    text = (Path(__file__).parent.parent / "docs" / "sandbox.md").read_text()
+    helper, evidence, host = re.findall(r"```python\n(.*?)```", text, re.S)
+    with BwrapProvider(tmp_path, limits=FAST) as provider, provider.open(store) as sandbox:
+        shown = sandbox.exec(helper + "print(bs.kind(), bs.tables(), df.height)")
+        assert shown.ok, shown.stderr
+        assert shown.stdout.splitlines()[-1] == "sqlite ['orders'] 300"
+        printed = sandbox.exec(evidence)
+        assert parse_metric_json(printed.stdout) == {"canceled_orders": 100}
+    exec(compile(host, "docs/sandbox.md", "exec"), {})
+
+
+def test_a_payload_that_kills_its_launcher_is_its_own_failure(
+    provider: BwrapProvider | SubprocessProvider, tmp_path: Path
+) -> None:
+    with provider.open(None, tmp_path) as sandbox:
+        result = sandbox.exec("import os, signal; os.kill(os.getppid(), signal.SIGKILL)")
+    assert result.returncode != 0
+    assert "ended without the launcher's report" in result.stderr
+
+
+def test_a_sandbox_that_cannot_start_raises(tmp_path: Path) -> None:
+    with BwrapProvider(tmp_path, limits=FAST) as provider:
+        sandbox = provider.open(None, tmp_path)
+        sandbox.workspace.rmdir()  # bwrap cannot bind a missing folder: set-up fails
+        with pytest.raises(SandboxError, match="could not start"):
+            sandbox.exec("print(1)")

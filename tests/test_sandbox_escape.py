@@ -235,7 +235,7 @@ def test_proc_shows_only_the_sandbox(bwrap: BwrapProvider, tmp_path: Path) -> No
         count, uid, sees_host = sandbox.exec(code).stdout.split()
     assert int(count) <= 4  # bwrap's init, the launcher, the payload
     assert uid == "65534"
-    assert sees_host == "False" or int(count) <= 4
+    assert sees_host == "False"  # the test process's own pid is not there
 
 
 # -- resource abuse ---------------------------------------------------------------------------
@@ -246,7 +246,8 @@ def test_proc_shows_only_the_sandbox(bwrap: BwrapProvider, tmp_path: Path) -> No
     [
         ("import os\nwhile True:\n    os.fork()", "processes"),
         (
-            "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+            "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+            "        pass",
             "processes",
         ),
         ("x = []\nwhile True:\n    x.append(bytearray(10**7))", "memory"),
@@ -273,13 +274,15 @@ def test_proc_shows_only_the_sandbox(bwrap: BwrapProvider, tmp_path: Path) -> No
 def test_abuse_is_stopped_and_reported(
     bwrap: BwrapProvider, tmp_path: Path, code: str, limit: str
 ) -> None:
+    # One CPU second can take more than the 2 s wall limit on a loaded 2-core machine.
+    wall = 8.0 if limit == "cpu_time" else TEST_LIMITS.wall_time_s
     with bwrap.open(None, tmp_path) as sandbox:
         start = time.monotonic()
-        result = sandbox.exec(code)
+        result = sandbox.exec(code, timeout=wall)
         elapsed = time.monotonic() - start
     assert result.limit_hit == limit, result
     assert not result.ok
-    assert elapsed < TEST_LIMITS.wall_time_s + 2
+    assert elapsed < wall + 2
 
 
 def test_within_limits_is_not_reported(bwrap: BwrapProvider, tmp_path: Path) -> None:
@@ -291,7 +294,7 @@ def test_within_limits_is_not_reported(bwrap: BwrapProvider, tmp_path: Path) -> 
         "print(sum(p.wait() for p in procs))\n"
     )
     with bwrap.open(None, tmp_path) as sandbox:
-        result = sandbox.exec(code)
+        result = sandbox.exec(code, timeout=8)
     assert result.ok, result
     assert result.stdout == "0\n"
 
@@ -330,7 +333,7 @@ def test_no_process_survives_the_sandbox(bwrap: BwrapProvider, tmp_path: Path, e
     watcher = threading.Thread(target=watch)
     with bwrap.open(None, tmp_path) as sandbox:
         watcher.start()
-        result = sandbox.exec(code)
+        result = sandbox.exec(code, timeout=8 if ending == "exit" else 2)
         watcher.join()
     assert result.stdout == "spawned\n"
     assert seen_during, "control: the marker processes were never visible on the host"

@@ -13,9 +13,7 @@ import json
 import os
 import resource
 import signal
-import subprocess
 import sys
-import tempfile
 
 _MAX_ARG = 100_000
 """Code longer than this is written to a temporary file instead of passed with `-c`."""
@@ -31,30 +29,30 @@ def _apply_rlimits(rlimits: dict[str, list[int]]) -> None:
 def main() -> int:
     spec = json.loads(sys.argv[1])
     status = open(spec["status"], "w", encoding="utf-8")  # noqa: SIM115 - kept open on purpose
+    status.write('{"started": true}\n')  # tells the host that set-up worked
+    status.flush()
     argv: list[str] = spec["argv"]
     if not argv:
         code = sys.stdin.read()
         if len(code) <= _MAX_ARG:
             argv = [spec["python"], "-s", "-c", code]
         else:
-            fd, path = tempfile.mkstemp(prefix="cell_", suffix=".py")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"cell_{os.getpid()}.py")
+            with open(path, "w", encoding="utf-8") as fh:
                 fh.write(code)
             argv = [spec["python"], "-s", path]
-    rlimits = spec["rlimits"]
-    try:
-        child = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            close_fds=True,
-            preexec_fn=lambda: _apply_rlimits(rlimits),
-        )
-    except OSError as exc:
-        print(f"sandbox: cannot start {argv[0]!r}: {exc}", file=sys.stderr)
-        status.write(json.dumps({"returncode": 127, "signal": None, "spawn_error": str(exc)}))
-        status.close()
-        return 127
-    _, wait_status, usage = os.wait4(child.pid, 0)
+    pid = os.fork()
+    if pid == 0:  # the payload: no inherited descriptors but 0-2, stdin empty, limits applied
+        try:
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.closerange(3, 65536)
+            _apply_rlimits(spec["rlimits"])
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            os.write(2, f"sandbox: cannot start {argv[0]!r}: {exc}\n".encode())
+        os._exit(127)
+    _, wait_status, usage = os.wait4(pid, 0)
     sig = os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None
     returncode = -sig if sig is not None else os.WEXITSTATUS(wait_status)
     record = {

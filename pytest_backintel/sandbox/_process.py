@@ -65,6 +65,19 @@ class PidsCgroup:
             return None
         return cls(path)
 
+    @classmethod
+    def sweep_stale(cls) -> None:
+        """Remove empty leaf cgroups left by harness processes that no longer exist."""
+        base = cls.base()
+        parent = None if base is None else base / "backintel"
+        if parent is None or not parent.is_dir():
+            return
+        for leaf in parent.iterdir():
+            owner = leaf.name.partition("-")[0]
+            if leaf.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                with contextlib.suppress(OSError):
+                    leaf.rmdir()
+
     @property
     def procs_file(self) -> Path:
         return self.path / "cgroup.procs"
@@ -117,6 +130,8 @@ class RawRun:
     duration_s: float
     pids_limit_hit: bool
     oom_killed: bool = False
+    launcher_started: bool = True
+    """False when the launcher never ran: the sandbox itself failed to start."""
 
 
 class OutputBuffer:
@@ -223,7 +238,7 @@ def run_launcher(
                 open_fds.discard(fd)
             elif fd == status_read:
                 status_buf += chunk
-                if b"\n" in status_buf:  # the payload ended: collect what is left, briefly
+                if b"returncode" in status_buf:  # the payload ended: collect the rest, briefly
                     deadline = min(deadline, time.monotonic() + _GRACE_S)
                     grace = True
             else:
@@ -247,6 +262,7 @@ def run_launcher(
         status_buf += os.read(status_read, 65536)
     os.close(status_read)
     status = _parse_status(bytes(status_buf))
+    started = b'"started"' in status_buf
     out, err = streams.values()
     return RawRun(
         stdout=bytes(out.data),
@@ -258,6 +274,7 @@ def run_launcher(
         exit_code=exit_code,
         duration_s=time.monotonic() - start,
         pids_limit_hit=cgroup.limit_hit() if cgroup is not None else False,
+        launcher_started=started,
     )
 
 
@@ -265,22 +282,28 @@ def _parse_status(data: bytes) -> dict[str, Any] | None:
     for line in reversed(data.decode("utf-8", "replace").splitlines()):
         with contextlib.suppress(ValueError):
             record = json.loads(line)
-            if isinstance(record, dict):
+            if isinstance(record, dict) and "returncode" in record:
                 return record
     return None
 
 
 def to_result(raw: RawRun, limits: Limits) -> ExecResult:
-    """Turn a raw run into the `ExecResult` the caller sees, classifying any limit hit."""
+    """Turn a raw run into the `ExecResult` the caller sees, classifying any limit hit.
+
+    A launcher that never started is the sandbox failing (`SandboxError`); one that started but
+    never reported is a payload failure (the payload may have killed it).
+    """
     status = raw.status or {}
     returncode = status.get("returncode")
+    note = ""
     if raw.status is None and raw.killed_for is None:
-        raise SandboxError(
-            f"the sandbox exited with {raw.exit_code} before the launcher reported; stderr: "
-            f"{raw.stderr[-2000:].decode('utf-8', 'replace')}"
-        )
+        if not raw.launcher_started:
+            text = raw.stderr.decode("utf-8", "replace")[-2000:]
+            raise SandboxError(f"the sandbox could not start (exit {raw.exit_code}): {text}")
+        returncode = raw.exit_code if raw.exit_code != 0 else -signal.SIGKILL
+        note = "\n[sandbox: the payload ended without the launcher's report]\n"
     stdout = raw.stdout.decode("utf-8", "replace")
-    stderr = raw.stderr.decode("utf-8", "replace")
+    stderr = raw.stderr.decode("utf-8", "replace") + note
     if raw.stdout_total > len(raw.stdout):
         stdout += truncate_marker(len(raw.stdout), raw.stdout_total)
     if raw.stderr_total > len(raw.stderr):

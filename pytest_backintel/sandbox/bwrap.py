@@ -122,6 +122,7 @@ class BwrapProvider(SandboxProvider):
                 "or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0)"
             )
         self.cgroup_mode = PidsCgroup.base() is not None
+        PidsCgroup.sweep_stale()
 
     def _root_base(self) -> list[str]:
         return _root_args(self._base, self._interpreter, self._site, self._shipped)

@@ -224,7 +224,9 @@ class DockerProvider(SandboxProvider):
         reader.join(timeout=5)
         container.reload()
         status_file = run_dir / "status.json"
-        status = json.loads(status_file.read_text()) if status_file.exists() else None
+        lines = status_file.read_text().splitlines() if status_file.exists() else []
+        records = [json.loads(line) for line in lines if line.strip()]
+        status = next((r for r in reversed(records) if "returncode" in r), None)
         kind = killed[0] if killed else None
         return RawRun(
             stdout=bytes(out.data),
@@ -237,4 +239,5 @@ class DockerProvider(SandboxProvider):
             duration_s=time.monotonic() - start,
             pids_limit_hit=False,
             oom_killed=bool(container.attrs["State"].get("OOMKilled")),
+            launcher_started=bool(records),
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -60,9 +61,12 @@ class SubprocessProvider(SandboxProvider):
     warning: ClassVar[str | None] = UNSAFE_WARNING
 
     def _check_available(self) -> None:
-        self._base, self._interpreter, self._site = python_paths()
+        self._base, _, self._site = python_paths()
+        # The harness's own (venv) interpreter: it does not load the base install's .pth files.
+        self._interpreter = Path(sys.executable)
         self._shipped = write_shipped(self.session_dir / "shipped", self._interpreter)
         self.cgroup_mode = PidsCgroup.base() is not None
+        PidsCgroup.sweep_stale()
 
     def open(self, store_mount: Path | None, workdir: Path | None = None) -> SubprocessSandbox:
         self.session_dir  # noqa: B018 - raises when setup_session was not called

@@ -1,0 +1,71 @@
+"""Check queries are written once, in SQLite's dialect, and translated for other backends.
+
+sqlglot does the translation; the few SQLite date functions it passes through untouched
+(`julianday`, `unixepoch`) are rewritten here into each target's epoch arithmetic.
+"""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+
+__all__ = ["SOURCE_DIALECT", "translate"]
+
+SOURCE_DIALECT = "sqlite"
+
+_EPOCH_SQL = {
+    "duckdb": "epoch(CAST({arg} AS TIMESTAMP))",
+    "postgres": "EXTRACT(EPOCH FROM CAST({arg} AS TIMESTAMP))",
+}
+
+
+def _rewrite_dates(node: exp.Expression, dialect: str) -> exp.Expression:
+    if not isinstance(node, exp.Anonymous) or node.name.lower() not in {"julianday", "unixepoch"}:
+        return node
+    if len(node.expressions) != 1:
+        return node
+    arg = node.expressions[0].sql(dialect=dialect)
+    epoch = _EPOCH_SQL[dialect].format(arg=arg)
+    if node.name.lower() == "unixepoch":
+        return sqlglot.parse_one(epoch, read=dialect)
+    return sqlglot.parse_one(f"({epoch} / 86400.0 + 2440587.5)", read=dialect)
+
+
+def _round_numeric(node: exp.Expression) -> exp.Expression:
+    """PostgreSQL rounds to a number of places only on NUMERIC."""
+    if isinstance(node, exp.Round) and node.args.get("decimals") is not None:
+        node.set("this", exp.Cast(this=node.this, to=exp.DataType.build("NUMERIC")))
+    return node
+
+
+def _sum_of_predicates(node: exp.Expression) -> exp.Expression:
+    """SQLite sums and averages truth values as 0/1; PostgreSQL needs them spelled out."""
+    if isinstance(node, exp.Sum | exp.Avg) and isinstance(
+        node.this, exp.Predicate | exp.Connector | exp.Not
+    ):
+        case = exp.Case(ifs=[exp.If(this=node.this.copy(), true=exp.Literal.number(1))],
+                        default=exp.Literal.number(0))
+        node.set("this", case)
+    return node
+
+
+def _alias_subqueries(tree: exp.Expression) -> exp.Expression:
+    """PostgreSQL requires an alias on every subquery in FROM."""
+    for n, sub in enumerate(tree.find_all(exp.Subquery)):
+        if not sub.alias and isinstance(sub.parent, exp.From | exp.Join):
+            sub.set("alias", exp.TableAlias(this=exp.to_identifier(f"_sub{n}")))
+    return tree
+
+
+def translate(sql: str, dialect: str) -> str:
+    """`sql` (SQLite dialect) as the same query in `dialect` (`sqlite`, `duckdb`, `postgres`)."""
+    if dialect == SOURCE_DIALECT:
+        return sql
+    if dialect not in _EPOCH_SQL:
+        raise ValueError(f"no SQL translation to {dialect!r}; known: sqlite, duckdb, postgres")
+    tree = sqlglot.parse_one(sql, read=SOURCE_DIALECT)
+    tree = tree.transform(lambda node: _rewrite_dates(node, dialect))
+    if dialect == "postgres":
+        tree = tree.transform(_round_numeric).transform(_sum_of_predicates)
+        tree = _alias_subqueries(tree)
+    return tree.sql(dialect=dialect)

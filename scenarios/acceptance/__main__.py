@@ -1,0 +1,27 @@
+"""Regenerate the committed acceptance manifests: `uv run python -m scenarios.acceptance`.
+
+Builds both splits under the data dir ($BACKINTEL_DATA_DIR or `<repo>/data`) and writes
+`scenarios/acceptance/acceptance-v1/{development,acceptance}.json`. Review the diff: a changed
+reference is a change to the benchmark.
+"""
+
+from __future__ import annotations
+
+from scenarios.acceptance.builder import AcceptanceSettings, build_acceptance
+from scenarios.acceptance.manifest import manifest_path
+from scenarios.acceptance.model import SPLITS
+from scenarios.worlds import data_dir
+
+
+def main() -> None:
+    settings = AcceptanceSettings(data_dir())
+    for split in SPLITS:
+        manifest = build_acceptance(settings, split)
+        path = manifest_path(split)
+        manifest.write(path)
+        answerable = sum(bool(c.scenario["answerable"]) for c in manifest.cases)
+        print(f"{path}: {len(manifest.cases)} cases ({answerable} answerable)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The acceptance suite as a harness world: one snapshot per case, built once per data dir.
+
+`ensure_built(data_dir, "<split>-<case key>")` checks the case's SQLite file against the
+committed manifest; when it is missing or differs it rebuilds the whole split under a file
+lock and requires the rebuilt manifest to equal the committed one (the references are
+evaluator-owned: a builder that no longer reproduces them is an error, not a silent update).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import polars as pl
+from filelock import FileLock
+
+from scenarios.acceptance.builder import (
+    BUILDER_VERSION,
+    DEFAULT_SEED,
+    AcceptanceSettings,
+    build_acceptance,
+    case_tables,
+)
+from scenarios.acceptance.checks import AcceptanceBuildError
+from scenarios.acceptance.manifest import MANIFEST_DIR, SUITE, Manifest, load_manifest
+from scenarios.acceptance.model import SPLITS
+from scenarios.acceptance.storage import fingerprint
+from scenarios.acceptance.verify import case_problems
+from scenarios.worlds import Oracle, World
+from stores.base import DatasetFiles
+
+__all__ = ["AcceptanceWorld"]
+
+
+class AcceptanceWorld(World):
+    """World `acceptance-v1`: snapshot `<split>-<case key>` is one case's store."""
+
+    name = SUITE
+
+    def __init__(self, seed: int = DEFAULT_SEED, manifest_dir: Path = MANIFEST_DIR) -> None:
+        self.seed = seed
+        self.manifest_dir = manifest_dir
+        self._manifests: dict[str, Manifest] = {}
+
+    @property
+    def snapshots(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(c.snapshot for split in SPLITS for c in self.manifest(split).cases)
+
+    @property
+    def config(self) -> dict[str, int]:
+        return {"seed": self.seed, "builder": BUILDER_VERSION}
+
+    @property
+    def oracles(self) -> Mapping[str, Oracle]:
+        """None: acceptance references live in the manifest, computed at build time."""
+        return {}
+
+    def manifest(self, split: str) -> Manifest:
+        if split not in self._manifests:
+            manifest = load_manifest(split, self.manifest_dir)
+            if manifest.seed != self.seed:
+                raise AcceptanceBuildError(
+                    f"{SUITE}/{split}: the committed manifest was built with seed "
+                    f"{manifest.seed}, this world uses {self.seed}"
+                )
+            self._manifests[split] = manifest
+        return self._manifests[split]
+
+    def _split_of(self, snapshot: str) -> str:
+        split = next((s for s in SPLITS if snapshot.startswith(f"{s}-")), None)
+        if split is None:
+            raise ValueError(
+                f"world {SUITE!r}: snapshot {snapshot!r} is not '<split>-<case>' with split in "
+                f"{', '.join(SPLITS)}"
+            )
+        return split
+
+    def generate(self, snapshot: str) -> dict[str, pl.DataFrame]:
+        """The case's tables as data frames (Decimal money as Float64, as stored)."""
+        split = self._split_of(snapshot)
+        case = case_tables(split, snapshot.removeprefix(f"{split}-"), self.seed)
+        return {
+            t.name: pl.DataFrame(
+                [tuple(float(v) if not isinstance(v, int | str | None) else v for v in r)
+                 for r in t.rows],
+                schema={n: {"INTEGER": pl.Int64, "REAL": pl.Float64}.get(k, pl.String)
+                        for n, k in t.columns},
+                orient="row",
+            )
+            for t in case.tables
+        }  # fmt: skip
+
+    def ensure_built(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
+        split = self._split_of(snapshot)
+        manifest = self.manifest(split)
+        case = manifest.case(snapshot)
+        parquet = data_dir / case.store.parquet_dir
+        if case_problems(case, data_dir) or not parquet.is_dir():
+            folder = data_dir / "acceptance"
+            folder.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(folder / f".{split}.lock")):
+                if case_problems(case, data_dir) or not parquet.is_dir():
+                    self._rebuild(data_dir, manifest)
+        return DatasetFiles(
+            name=Path(case.store.file).stem,
+            parquet_dir=parquet,
+            sqlite_path=data_dir / case.store.file,
+        )
+
+    def _rebuild(self, data_dir: Path, manifest: Manifest) -> None:
+        built = build_acceptance(AcceptanceSettings(data_dir, self.seed), manifest.split)
+        if built.to_json() != manifest.to_json():
+            differing = [
+                a.id for a, b in zip(built.cases, manifest.cases, strict=False) if a != b
+            ] or ["(case list)"]
+            raise AcceptanceBuildError(
+                f"{SUITE}/{manifest.split}: the builder no longer reproduces the committed "
+                f"manifest (cases {', '.join(differing)}); regenerate it deliberately with "
+                "`uv run python -m scenarios.acceptance` and review the reference changes"
+            )
+
+    def data_hash(self, files: DatasetFiles) -> str:
+        """The logical sha256 of the case's SQLite file (as recorded in the manifest)."""
+        if files.sqlite_path is None:
+            raise ValueError(f"acceptance dataset {files.name} has no SQLite file")
+        return fingerprint(files.sqlite_path).logical
