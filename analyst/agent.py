@@ -153,7 +153,7 @@ def _usage_from_messages(messages: Sequence[ModelMessage]) -> Usage:
 async def _run(
     agent: AnalystAgent, task: AnalystTask, make_model: Callable[[AnalystDeps], Model | str]
 ) -> AnalystRun:
-    deps = AnalystDeps(task.connect)
+    deps = AnalystDeps(task.connect, task.run_python)
     timed_out = False
     try:
         with capture_run_messages() as messages:

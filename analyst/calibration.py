@@ -12,10 +12,8 @@ the item's real store, and reads oracle facts only from `task.calibration`:
 
 from __future__ import annotations
 
-import math
+import json
 from collections.abc import Callable, Generator, Sequence
-from datetime import date, datetime
-from decimal import Decimal
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -29,6 +27,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from analyst.agent import OUTPUT_TOOL_NAMES, build_agent, run_agent
 from analyst.tools import AnalystDeps
+from analyst.values import Value, perturb_value, plain_cell
 from pytest_backintel.analyst_api import (
     AnalystConfig,
     AnalystKind,
@@ -61,73 +60,6 @@ class CalibrationError(RuntimeError):
 
 
 Script = Generator[ModelResponse, None, None]
-Scalar = int | float | str | None
-Value = Scalar | list[dict[str, Scalar]]
-TEXT_SUFFIX = " (perturbed)"
-
-
-def plain_cell(cell: object) -> Scalar:
-    """A store cell as a JSON value, without losing precision a JSON number can hold."""
-    if isinstance(cell, bool):
-        return int(cell)
-    if cell is None or isinstance(cell, int | float | str):
-        return cell
-    if isinstance(cell, Decimal):
-        return int(cell) if cell == cell.to_integral_value() else float(cell)
-    if isinstance(cell, datetime | date):
-        return cell.isoformat()
-    if isinstance(cell, bytes):
-        return cell.hex()
-    return str(cell)
-
-
-def _step_past(value: int | float, tolerance: float) -> float:
-    """`value` moved up (down at the top of the float range) by twice `tolerance`, doubling
-    the step until the result is strictly more than `tolerance` away, compared as the
-    decimals of their reprs as the scorer does."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise CalibrationError(f"cannot perturb the non-finite value {value!r}")
-    base = Decimal(repr(value))
-    tol = Decimal(repr(tolerance))
-    step = tolerance * 2 if tolerance > 0 else 1.0
-    while True:
-        moved = float(value) + step
-        if not math.isfinite(moved):
-            moved = float(value) - step
-        if abs(Decimal(repr(moved)) - base) > tol:
-            return moved
-        step *= 2
-
-
-def perturb_value(value: Value, kind: str, tolerance: float) -> Value:
-    """A value the kind's comparison must reject: counts +1, numbers past the tolerance,
-    text with a suffix, tables with every row's first numeric (else text) cell changed."""
-    if isinstance(value, list):
-        return [_perturb_row(row) for row in value] or [{"perturbed": 1}]
-    if isinstance(value, str):
-        return value + TEXT_SUFFIX
-    if value is None:
-        return "perturbed" if kind == "text" else 0
-    if isinstance(value, int) and tolerance <= 0:
-        return value + 1
-    return _step_past(value, tolerance)
-
-
-def _perturb_row(row: dict[str, Scalar]) -> dict[str, Scalar]:
-    out = dict(row)
-    numeric = [k for k, v in row.items() if isinstance(v, int | float)]
-    text = [k for k, v in row.items() if isinstance(v, str)]
-    if numeric:
-        cell = row[numeric[0]]
-        assert isinstance(cell, int | float)
-        out[numeric[0]] = cell + 1
-    elif text:
-        out[text[0]] = f"{row[text[0]]}{TEXT_SUFFIX}"
-    elif row:
-        out[next(iter(row))] = 0
-    else:
-        out["perturbed"] = 1
-    return out
 
 
 class Turn:
@@ -287,7 +219,42 @@ def _answering(
     yield _final(_answer(turn.key, values, sql, method, caveat))
 
 
+def _python_values(output: str) -> dict[str, Value]:
+    """The JSON object a check program printed last, read from `run_python`'s output."""
+    for line in reversed(output.splitlines()):
+        try:
+            values = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(values, dict):
+            return values
+    raise CalibrationError(f"the Python check program printed no JSON object:\n{output}")
+
+
+def _python_answer(turn: Turn, code: str) -> Script:
+    """Run the Python check program through `run_python` and cite it as Python evidence."""
+    yield from _explore(turn, DESCRIBE_TABLES)
+    call_id, response = turn.call("run_python", code=code)
+    yield response
+    output = turn.deps.python_outputs.get(call_id)
+    if output is None:
+        raise CalibrationError(f"run_python failed: {turn.returned(call_id)}")
+    values = _python_values(output)
+    answer = _answer(
+        turn.key,
+        {n: values.get(n) for n in _names(turn.key)},
+        code,
+        "Explored the tables and computed every metric with one Python program (e1) in the "
+        "sandbox; reported its output unchanged.",
+        "calibration analyst 'reference': the values are its own program's output",
+    )
+    evidence = [e.model_copy(update={"kind": "python"}) for e in answer.evidence]
+    yield _final(answer.model_copy(update={"evidence": evidence}))
+
+
 def _reference_script(turn: Turn) -> Script:
+    if turn.key.check_python and turn.deps.run_python is not None:
+        return _python_answer(turn, turn.key.check_python)
     return _answering(
         turn,
         lambda _name, value: value,

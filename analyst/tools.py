@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from pydantic_ai import RunContext, Tool
+from pydantic_ai.tools import ToolDefinition
 
 from stores.base import MAX_ROWS, QueryError, QueryResult, StoreSession
 
@@ -29,6 +30,7 @@ __all__ = [
     "list_tables",
     "load_skill",
     "read_skill",
+    "run_python",
     "run_sql",
     "skill_catalog",
 ]
@@ -41,8 +43,16 @@ _T = TypeVar("_T")
 class AnalystDeps:
     """Per-run state: the task's store session (opened on first use) and raw query results."""
 
-    def __init__(self, connect: Callable[[], StoreSession]) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], StoreSession],
+        run_python: Callable[[str], str] | None = None,
+    ) -> None:
         self._connect = connect
+        self.run_python = run_python
+        """Runs code in the item's sandbox, or None when the item has none."""
+        self.python_outputs: dict[str, str] = {}
+        """Raw `run_python` outputs by tool call id."""
         self._session: StoreSession | None = None
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="backintel-store")
         self._closed = False
@@ -111,6 +121,33 @@ async def run_sql(ctx: RunContext[AnalystDeps], sql: str) -> str:
     return result.to_text()
 
 
+async def run_python(ctx: RunContext[AnalystDeps], code: str) -> str:
+    """Run Python in your private sandbox and return its output (stdout, then any stderr).
+
+    The store is mounted read-only at $BACKINTEL_STORE; `import backintel_store as bs` gives
+    `bs.tables()`, `bs.table(name)` (a polars DataFrame), `bs.connect()` (sqlite3, read-only)
+    and `bs.duckdb()`. polars, duckdb, pyarrow and numpy are installed. Files you write in the
+    working directory persist between your calls. No network. Time, CPU, memory, processes and
+    output are limited; a limit that is hit is reported in the output.
+
+    Args:
+        code: A complete Python program.
+    """
+    run = ctx.deps.run_python
+    if run is None:
+        return "ERROR: this task has no sandbox, so run_python is unavailable; use run_sql."
+    loop = asyncio.get_running_loop()
+    output = await loop.run_in_executor(None, run, code)
+    ctx.deps.python_outputs[ctx.tool_call_id or f"call-{len(ctx.deps.python_outputs)}"] = output
+    return output
+
+
+async def _only_with_sandbox(
+    ctx: RunContext[AnalystDeps], tool_def: ToolDefinition
+) -> ToolDefinition | None:
+    return tool_def if ctx.deps.run_python is not None else None
+
+
 @dataclass(frozen=True)
 class Skill:
     name: str
@@ -162,5 +199,6 @@ def analyst_tools() -> list[Tool[AnalystDeps]]:
         Tool(list_tables, takes_ctx=True),
         Tool(describe_table, takes_ctx=True),
         Tool(run_sql, takes_ctx=True),
+        Tool(run_python, takes_ctx=True, prepare=_only_with_sandbox),
         Tool(load_skill, takes_ctx=False),
     ]

@@ -24,6 +24,7 @@ __all__ = [
     "AnalystTimeout",
     "BudgetExceeded",
     "CalibrationKey",
+    "InfraError",
     "Usage",
 ]
 
@@ -66,6 +67,9 @@ class CalibrationKey:
     refusal_concepts: list[str]
     """One synonym per concept a useful refusal names."""
     forbidden_metric: str | None
+    check_python: str | None = None
+    """A Python check program (prints one JSON object of metric values), when the scenario has
+    one and the item has a sandbox: the reference analyst then cites Python evidence."""
 
 
 @dataclass
@@ -79,6 +83,9 @@ class AnalystTask:
     """The opaque `backend:bi_…` name of the store."""
     limits: AnalystLimits
     calibration: CalibrationKey | None = None
+    run_python: Callable[[str], str] | None = None
+    """Runs code in this item's sandbox (store read-only at $BACKINTEL_STORE, files persist
+    between calls) and returns its output as text; None when the item has no sandbox."""
 
 
 @dataclass
@@ -101,6 +108,10 @@ class AnalystRun:
     """`{"tool": name, "args": {...}}` in call order."""
     error: str | None = None
     """Set when the analyst failed to produce a contract answer."""
+
+
+class InfraError(Exception):
+    """The harness's store or sandbox failed under the analyst: not the analyst's fault."""
 
 
 class BudgetExceeded(Exception):

@@ -67,10 +67,9 @@ def _references_build(args: argparse.Namespace) -> int:
 
 def _score(args: argparse.Namespace) -> int:
     """Score one hand-written answer against one scenario, as a trial would."""
+    from pytest_backintel.scoring import score_answer
     from scenarios.worlds import data_dir, get_world
     from stores.registry import load_store_class
-
-    from pytest_backintel.scoring import score_answer
 
     scenarios = find_scenarios()
     if args.case not in scenarios:

@@ -68,13 +68,15 @@ class ScenarioFailure(Exception):
         super().__init__(result.score.outcome.value)
 
 
-def _scenario_test(request: pytest.FixtureRequest, backintel_store: Any) -> None:
+def _scenario_test(
+    request: pytest.FixtureRequest, backintel_store: Any, backintel_python: Any
+) -> None:
     """The body of every scenario item: hand off to the bench session."""
     from pytest_backintel.session import SESSION_KEY
 
     item = request.node
     assert isinstance(item, ScenarioItem)
-    request.config.stash[SESSION_KEY].run_item(item, backintel_store)
+    request.config.stash[SESSION_KEY].run_item(item, backintel_store, backintel_python)
 
 
 class ScenarioItem(pytest.Function):

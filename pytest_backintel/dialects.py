@@ -19,16 +19,15 @@ _EPOCH_SQL = {
 }
 
 
-def _rewrite_dates(node: exp.Expression, dialect: str) -> exp.Expression:
+def _rewrite_dates(node: exp.Expr, dialect: str) -> exp.Expr:
     if not isinstance(node, exp.Anonymous) or node.name.lower() not in {"julianday", "unixepoch"}:
         return node
     if len(node.expressions) != 1:
         return node
     arg = node.expressions[0].sql(dialect=dialect)
     epoch = _EPOCH_SQL[dialect].format(arg=arg)
-    if node.name.lower() == "unixepoch":
-        return sqlglot.parse_one(epoch, read=dialect)
-    return sqlglot.parse_one(f"({epoch} / 86400.0 + 2440587.5)", read=dialect)
+    text = epoch if node.name.lower() == "unixepoch" else f"({epoch} / 86400.0 + 2440587.5)"
+    return sqlglot.parse_one(text, read=dialect)
 
 
 def _round_numeric(node: exp.Expression) -> exp.Expression:
@@ -43,8 +42,10 @@ def _sum_of_predicates(node: exp.Expression) -> exp.Expression:
     if isinstance(node, exp.Sum | exp.Avg) and isinstance(
         node.this, exp.Predicate | exp.Connector | exp.Not
     ):
-        case = exp.Case(ifs=[exp.If(this=node.this.copy(), true=exp.Literal.number(1))],
-                        default=exp.Literal.number(0))
+        case = exp.Case(
+            ifs=[exp.If(this=node.this.copy(), true=exp.Literal.number(1))],
+            default=exp.Literal.number(0),
+        )
         node.set("this", case)
     return node
 

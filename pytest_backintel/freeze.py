@@ -15,14 +15,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from pytest_backintel.records import now_iso, write_json
 
 __all__ = ["FreezeError", "candidate_id", "check_candidate", "plan_items", "register_run"]
 
 
-class FreezeError(pytest.UsageError):
+class FreezeError(Exception):
     """A frozen run cannot start as asked; the message says what to do."""
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_backintel.analyst_api import AnalystLimits
+from pytest_backintel.sandbox.registry import default_sandbox
 
 __all__ = ["BenchOptions", "add_options", "read_options"]
 
@@ -27,6 +28,7 @@ class BenchOptions:
     run_id: str | None
     limits: AnalystLimits
     freeze: bool
+    sandbox: str
     freeze_plan: str | None
 
 
@@ -82,6 +84,12 @@ def add_options(parser: pytest.Parser) -> None:
         help="OpenAI-compatible server URL (Ollama, vLLM, llama.cpp)",
     )
     group.addoption("--store", default="sqlite", help="store backend for every scenario")
+    group.addoption(
+        "--sandbox",
+        default=None,
+        help="sandbox for run_python and Python evidence: bwrap (default on Linux), docker, "
+        "or subprocess (unsafe: rlimits only)",
+    )
     group.addoption("--trials", type=positive_int, default=1, help="trials per scenario")
     group.addoption("--results-dir", default="results", help="where run folders are written")
     group.addoption("--run-id", default=None, help="name of this run's folder (default: generated)")
@@ -131,5 +139,6 @@ def read_options(config: pytest.Config) -> BenchOptions:
             wall_time_s=config.getoption("--analyst-timeout"),
         ),
         freeze=config.getoption("--freeze"),
+        sandbox=config.getoption("--sandbox") or default_sandbox(),
         freeze_plan=config.getoption("--freeze-plan"),
     )

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_backintel.collect import ScenarioFile, ScenarioItem, is_scenario_file
+from pytest_backintel.item_python import ItemPython
 from pytest_backintel.manifests import ManifestFile, is_manifest
 from pytest_backintel.options import add_options
 from pytest_backintel.session import SESSION_KEY, BenchSession
@@ -64,6 +65,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Fil
     return None
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     config.stash[SESSION_KEY].prepare_items(items)
 
@@ -94,3 +96,14 @@ def backintel_store(request: pytest.FixtureRequest) -> Iterator[ProvisionedStore
         raise
     yield store
     store.teardown()
+
+
+@pytest.fixture
+def backintel_python(
+    request: pytest.FixtureRequest, backintel_store: ProvisionedStore
+) -> Iterator[ItemPython | None]:
+    """The item's sandbox for `run_python` (opened on first use) and Python evidence."""
+    python = request.config.stash[SESSION_KEY].item_python(backintel_store)
+    yield python
+    if python is not None:
+        python.close()

@@ -138,6 +138,10 @@ class Scenario(_Strict):
     check_sql: str | None = None
     """A separately written SQLite query returning one column per metric; must agree with the
     polars oracle at build time. The reference analyst cites it as evidence."""
+    check_python: str | None = None
+    """Optionally, a separately written Python program run in the sandbox over the store
+    (`import backintel_store`) that prints one JSON object of metric values; cross-checked
+    against the oracle at build time, and cited by the reference analyst as Python evidence."""
     oracle: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
     """The oracle function's name (defaults to the id with `-` and `.` as `_`)."""
 

@@ -17,10 +17,14 @@ from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.analysts import AnalystLoadError, load_analyst
 from pytest_backintel.collect import ScenarioFailure, ScenarioItem
 from pytest_backintel.freeze import (
+    FreezeError,
+    candidate_id,
     check_candidate,
+    plan_items,
     register_run,
     verify_lock,
 )
+from pytest_backintel.item_python import ItemPython
 from pytest_backintel.manifests import manifest_reference
 from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, read_options
 from pytest_backintel.outcomes import Outcome
@@ -33,6 +37,12 @@ from pytest_backintel.records import (
     now_iso,
     package_versions,
     write_json,
+)
+from pytest_backintel.sandbox.base import SandboxProvider
+from pytest_backintel.sandbox.registry import (
+    UnknownSandboxError,
+    create_provider,
+    load_provider_class,
 )
 from pytest_backintel.scenario import Scenario, Split
 from pytest_backintel.trial import run_trial
@@ -62,6 +72,7 @@ class BenchSession:
         self.outcomes: Counter[str] = Counter()
         self._analyst: Analyst | None = None
         self._store: Store | None = None
+        self._sandboxes: SandboxProvider | None = None
         self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
         self.reserved_cases: dict[str, set[str]] = {}
         """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
@@ -89,6 +100,25 @@ class BenchSession:
         return self._store
 
     @property
+    def sandboxes(self) -> SandboxProvider:
+        """The sandbox backend for `run_python` and Python evidence (set up on first use)."""
+        if self._sandboxes is None:
+            workdir = self.data_dir / "sandbox" / f"{os.getpid()}"
+            try:
+                provider = create_provider(self.options.sandbox, workdir)
+            except UnknownSandboxError as exc:
+                raise pytest.UsageError(str(exc)) from exc
+            provider.setup_session()
+            self._sandboxes = provider
+        return self._sandboxes
+
+    def item_python(self, store: ProvisionedStore) -> ItemPython | None:
+        """Python for the item, when its store lives on disk for a sandbox to mount."""
+        if store.mount_path is None:
+            return None
+        return ItemPython(self.sandboxes, store.mount_path)
+
+    @property
     def data_dir(self) -> Path:
         from scenarios.worlds import data_dir
 
@@ -105,6 +135,13 @@ class BenchSession:
             self._worlds[key] = (files, world.data_hash(files))
         return self._worlds[key]
 
+    def verify_data(self, scenario: Scenario) -> list[str]:
+        """Problems with the scenario's pinned data files (acceptance fixtures), if any."""
+        from scenarios.worlds import get_world
+
+        world = get_world(scenario.dataset.world)
+        return world.verify(self.data_dir, scenario.dataset.snapshot)
+
     def reference(self, item: ScenarioItem) -> Mapping[str, Any]:
         """Evaluator-owned reference values; called only after the analyst has answered."""
         if item.manifest is not None:
@@ -115,6 +152,13 @@ class BenchSession:
         return reference_for(item.scenario, data_hash)
 
     # -- terminal ---------------------------------------------------------------------------
+    def sandbox_description(self) -> dict[str, Any]:
+        try:
+            cls = load_provider_class(self.options.sandbox)
+        except UnknownSandboxError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        return {"backend": self.options.sandbox, "unsafe": cls.unsafe, "warning": cls.warning}
+
     def header_lines(self) -> list[str]:
         opts = self.options
         who = opts.model if opts.analyst == "model" else opts.analyst
@@ -125,6 +169,10 @@ class BenchSession:
         ]
         if opts.analyst == "reference" and not opts.model:
             lines[0] += "; no model configured (--model or BACKINTEL_MODEL)"
+        sandbox = self.sandbox_description()
+        lines.append(f"backintel: sandbox {sandbox['backend']}")
+        if sandbox["unsafe"]:
+            lines.append(f"backintel: WARNING: UNSAFE SANDBOX: {sandbox['warning']}")
         return lines
 
     def summary_lines(self) -> list[str]:
@@ -142,16 +190,32 @@ class BenchSession:
             self.analyst  # noqa: B018 - load once, report a bad --analyst as a usage error
         except AnalystLoadError as exc:
             raise pytest.UsageError(str(exc)) from exc
-        for item in scenario_items:
-            if item.scenario.split is Split.RESERVED and not self.options.freeze:
+        reserved = [i for i in scenario_items if i.scenario.split is Split.RESERVED]
+        if not self.options.freeze:
+            for item in reserved:
                 item.add_marker(
                     pytest.mark.skip(
                         reason="reserved scenarios run only in a frozen run (--freeze)"
                     )
                 )
+            return
+        candidate = self.candidate()
+        entry = {
+            "run_id": self.run_id,
+            "candidate_id": candidate_id(candidate),
+            "candidate": candidate,
+        }
+        selected = [(i.suite, i.scenario.id, i.nodeid) for i in reserved]
+        manifests = [i.manifest for i in scenario_items if i.manifest is not None]
+        try:
+            plan_items(self.run_dir, entry, selected, self.reserved_cases, manifests)
+        except FreezeError as exc:
+            raise pytest.UsageError(str(exc)) from exc
 
     # -- items ----------------------------------------------------------------------------
-    def run_item(self, item: ScenarioItem, store: ProvisionedStore) -> None:
+    def run_item(
+        self, item: ScenarioItem, store: ProvisionedStore, python: ItemPython | None
+    ) -> None:
         """Run one trial, write its record, attach JUnit properties, fail unless it passed."""
         result = run_trial(
             item.scenario,
@@ -160,7 +224,9 @@ class BenchSession:
             self.analyst,
             self.options.limits,
             lambda _scenario: self.reference(item),
+            python=python,
             dialect=self.store.dialect,
+            verify_data=lambda: self.verify_data(item.scenario),
         )
         self.write_record(item, result.score.outcome.value, result.to_record())
         if result.score.outcome is Outcome.NOT_RUN:
@@ -245,6 +311,7 @@ class BenchSession:
             "model": opts.model,
             "model_base_url": opts.model_base_url,
             "store_backend": opts.store,
+            "sandbox": self.sandbox_description(),
             "trials": opts.trials,
             "limits": vars(opts.limits) | {},
             "freeze": None,
@@ -273,19 +340,24 @@ class BenchSession:
             return
         header = self.run_header()
         if self.options.freeze:
-            check_candidate(header["git"])
-            header["freeze"] = register_run(
-                self.root / self.options.results_dir,
-                self.run_id,
-                self.candidate(),
-                self.options.freeze_plan,
-            )
+            try:
+                check_candidate(header["git"])
+                header["freeze"] = register_run(
+                    self.root / self.options.results_dir,
+                    self.run_id,
+                    self.candidate(),
+                    self.options.freeze_plan,
+                )
+            except FreezeError as exc:
+                raise pytest.UsageError(str(exc)) from exc
         write_json(self.run_dir / "run.json", header)
 
     def finish(self, exitstatus: int) -> None:
         self.writer.close()
         if self._store is not None:
             self._store.teardown_session()
+        if self._sandboxes is not None:
+            self._sandboxes.teardown_session()
         if not self.is_controller:
             return
         records = merge_parts(self.run_dir) if (self.run_dir / "parts").exists() else []

@@ -6,7 +6,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_backintel.analyst_api import (
     Analyst,
@@ -16,17 +16,26 @@ from pytest_backintel.analyst_api import (
     AnalystTimeout,
     BudgetExceeded,
     CalibrationKey,
+    InfraError,
 )
 from pytest_backintel.contract import AnalystAnswer
 from pytest_backintel.dialects import SOURCE_DIALECT, translate
-from pytest_backintel.evidence import EvidenceResult, PythonRunner, jsonable, reexecute
+from pytest_backintel.evidence import EvidenceResult, jsonable, reexecute
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring import Reason, TrialScore, score_answer
 from pytest_backintel.tolerance import tolerance_for
 from stores.base import ProvisionedStore, StoreError
 
-__all__ = ["TrialResult", "calibration_key", "run_trial"]
+__all__ = ["ItemPythonLike", "TrialResult", "calibration_key", "run_trial"]
+
+
+class ItemPythonLike(Protocol):
+    """The item's Python: `run` for the analyst's tool, `evidence` for re-execution."""
+
+    def run(self, code: str) -> str: ...
+
+    def evidence(self, code: str) -> Mapping[str, Any]: ...
 
 
 @dataclass
@@ -82,6 +91,7 @@ def calibration_key(scenario: Scenario, dialect: str = SOURCE_DIALECT) -> Calibr
         tolerances={m.name: tolerance_for(m.kind.value) for m in scenario.metrics},
         refusal_concepts=[group[0] for group in refusal.must_name] if refusal else [],
         forbidden_metric=refusal.forbidden_metric if refusal else None,
+        check_python=scenario.check_python,
     )
 
 
@@ -92,8 +102,8 @@ def _ask(analyst: Analyst, task: AnalystTask) -> tuple[AnalystRun | None, Reason
         return None, Reason(Outcome.BUDGET_EXCEEDED, f"usage limit reached: {exc}")
     except AnalystTimeout as exc:
         return None, Reason(Outcome.TIMEOUT, f"wall-clock limit reached: {exc}")
-    except StoreError as exc:
-        return None, Reason(Outcome.INFRA_ERROR, f"the store failed during the trial: {exc}")
+    except (StoreError, InfraError) as exc:
+        return None, Reason(Outcome.INFRA_ERROR, f"the store or sandbox failed: {exc}")
     except Exception as exc:  # any failure of the analyst is its own outcome, never a crash
         tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return None, Reason(Outcome.ANALYST_ERROR, f"the analyst raised {tb}")
@@ -112,17 +122,29 @@ def run_trial(
     analyst: Analyst,
     limits: AnalystLimits,
     load_reference: Callable[[Scenario], Mapping[str, Any]],
-    python: PythonRunner | None = None,
+    python: ItemPythonLike | None = None,
     dialect: str = SOURCE_DIALECT,
+    verify_data: Callable[[], list[str]] = list,
 ) -> TrialResult:
-    """Run one trial. The reference is loaded only after the analyst has answered."""
+    """Run one trial. The reference is loaded only after the analyst has answered; the
+    dataset's pinned files (`verify_data`) are checked before and after."""
     before = store.fingerprint()
+    if problems := verify_data():
+        failed = TrialResult(scenario, trial, store.display_id, TrialScore(Outcome.NOT_RUN), None)
+        failed.score = TrialScore.from_reasons(
+            [
+                Reason(Outcome.INFRA_ERROR, f"fixture data changed before the trial: {p}")
+                for p in problems
+            ]
+        )
+        return failed
     task = AnalystTask(
         question=scenario.question,
         connect=store.connect,
         store_label=store.display_id,
         limits=limits,
         calibration=calibration_key(scenario, dialect) if analyst.kind == "calibration" else None,
+        run_python=python.run if python is not None else None,
     )
     started = time.perf_counter()
     run, failure = _ask(analyst, task)
@@ -142,7 +164,13 @@ def run_trial(
         assert run is not None
         assert run.output is not None
         if isinstance(run.output, AnalystAnswer):
-            result.evidence = reexecute(run.output, scenario, store, python)
+            try:
+                result.evidence = reexecute(
+                    run.output, scenario, store, python.evidence if python else None
+                )
+            except InfraError as exc:
+                result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
+                return result
         try:
             reference = load_reference(scenario) if scenario.answerable else {}
         except Exception as exc:  # a missing or stale reference is the harness's fault
@@ -159,6 +187,17 @@ def run_trial(
         )
         return result
     result.fingerprint_after = asdict(after)
+    if problems := verify_data():
+        result.score = TrialScore.from_reasons(
+            [
+                *result.score.reasons,
+                *(
+                    Reason(Outcome.INFRA_ERROR, f"fixture data changed during the trial: {p}")
+                    for p in problems
+                ),
+            ],
+            result.score.checks,
+        )
     if after != before:
         result.score = TrialScore.from_reasons(
             [

@@ -52,7 +52,7 @@ class ProvisionedDuckDB(ProvisionedStore):
 
     @property
     def mount_path(self) -> Path | None:
-        return self.folder
+        return self.folder / DB_NAME
 
     def engine_connection(self) -> duckdb.DuckDBPyConnection:
         """The guarded DuckDB connection alone, without the statement check (tests use it to

@@ -1,9 +1,12 @@
 """`postgres`: a fresh database and a SELECT-only login role per item on a real server.
 
 Server: `BACKINTEL_PG_DSN` (default `postgresql://postgres@127.0.0.1:5432/postgres`), used as
-the admin connection (psycopg, autocommit). Per item: database `bi_<hex>` and role
-`bi_<hex>_ro`; CONNECT and TEMPORARY revoked from PUBLIC on that database, the role gets CONNECT
-on it, USAGE on schema `public` (CREATE revoked from PUBLIC) and SELECT on its tables only, with
+the admin connection (psycopg, autocommit). `BACKINTEL_PG_DSN=initdb` starts a private cluster
+per session instead (`stores.pg_cluster`), stopped and deleted by `teardown_session`.
+
+Per item: database `bi_<hex>` and role `bi_<hex>_ro`; CONNECT and TEMPORARY revoked from
+PUBLIC on that database, the role gets CONNECT on it, USAGE on schema `public` (CREATE revoked
+from PUBLIC) and SELECT on its tables only, with
 `statement_timeout` and `default_transaction_read_only` set for the role. Privileges are the
 guard; every analyst statement also runs in a transaction that is rolled back, so a
 `set_config(...)` inside a SELECT cannot outlive it, and non-query statements (SET, DDL, DML)
@@ -55,10 +58,13 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
+from stores.pg_cluster import ThrowawayCluster
 
 __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+INITDB = "initdb"
+"""The `BACKINTEL_PG_DSN` value that asks for a throwaway cluster."""
 _QUERY_START = re.compile(r"^(?:\s+|--[^\n]*\n?|/\*.*?\*/|\()*([A-Za-z]+)", re.DOTALL)
 _READ_KEYWORDS = {"select", "with", "values", "table"}
 _REFUSED_STATES = {"42501", "25006", "0A000"}
@@ -264,7 +270,10 @@ class PostgresStore(Store):
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
-        self.dsn = os.environ.get("BACKINTEL_PG_DSN", DEFAULT_DSN)
+        self.dsn = os.environ.get("BACKINTEL_PG_DSN", DEFAULT_DSN).strip() or DEFAULT_DSN
+        self._cluster: ThrowawayCluster | None = None
+        if self.dsn == INITDB:
+            self._cluster = ThrowawayCluster()
         self._token = secrets.token_hex(4)
         self._host = socket.gethostname()
 
@@ -285,6 +294,8 @@ class PostgresStore(Store):
 
     def setup_session(self) -> None:
         super().setup_session()
+        if self._cluster is not None and self._cluster.root is None:
+            self.dsn = self._cluster.start()
         with self._admin() as admin:
             rows = admin.execute(
                 "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
@@ -297,6 +308,10 @@ class PostgresStore(Store):
                 self.drop(str(name))
 
     def teardown_session(self) -> None:
+        if self._cluster is not None:
+            self._cluster.stop()
+            self.dsn = INITDB
+            return
         with self._admin() as admin:
             rows = admin.execute(
                 "SELECT datname FROM pg_database WHERE shobj_description(oid, 'pg_database') = %s",

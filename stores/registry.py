@@ -24,7 +24,11 @@ def available_stores() -> list[str]:
 
 
 def load_store_class(name: str) -> type[Store]:
-    """The backend class registered as `name`, or an error naming the closest matches."""
+    """The backend class registered as `name`, or an error naming the closest matches.
+
+    `name` may carry options after the first ':' (`multi:postgres:a+sqlite:b`): the backend
+    named before it must define `with_options(options) -> type[Store]`, which binds them."""
+    name, _, options = name.partition(":")
     matches = [ep for ep in entry_points(group=GROUP) if ep.name == name]
     if not matches:
         known = available_stores()
@@ -43,4 +47,12 @@ def load_store_class(name: str) -> type[Store]:
         ) from exc
     if not (isinstance(cls, type) and issubclass(cls, Store)):
         raise UnknownStoreError(f"entry point {name!r} does not name a Store subclass: {cls!r}")
-    return cls
+    if not options:
+        return cls
+    bind = getattr(cls, "with_options", None)
+    if bind is None:
+        raise UnknownStoreError(
+            f"store backend {name!r} takes no options (got {options!r}); write just {name!r}"
+        )
+    bound: type[Store] = bind(options)
+    return bound

@@ -4,8 +4,12 @@ Each backend in `stores.registry.available_stores()` provisions the same small d
 decimals, floats, unicode text, dates, timestamps, NULLs) and must give the same normalised
 answers as plain DuckDB over the canonical Parquet, refuse every write/DDL/ATTACH/COPY/extension/
 temp-table/setting statement without changing its fingerprint, keep items apart, and tear down
-twice. A backend that cannot run skips with the reason, or fails when named in
-`BACKINTEL_REQUIRE` (comma list).
+twice. `multi` runs as the specs in `MULTI_SPECS` (two attached components each, every alias
+given the whole dataset; unqualified names resolve through the search path to the first).
+
+Checks that concern only some backends are generated only for those (`only(...)`), never
+skipped. A backend that cannot run skips with the reason, or fails when named in
+`BACKINTEL_REQUIRE` (comma list; `multi` there requires every multi spec).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -37,8 +41,45 @@ from stores.base import (
 )
 from stores.registry import UnknownStoreError, available_stores, load_store_class
 
-BACKENDS = available_stores()
+MULTI_SPECS = ["multi:sqlite:left_db+postgres:right_db", "multi:iceberg:ice_db+duckdb:duck_db"]
+BACKENDS = [b for b in available_stores() if b != "multi"] + MULTI_SPECS
 REQUIRED = {b.strip() for b in os.environ.get("BACKINTEL_REQUIRE", "").split(",") if b.strip()}
+DUCKDB_FAMILY = {"duckdb", "lake-parquet", "files", "files-mixed", "iceberg", "multi"}
+
+
+def family(spec: str) -> str:
+    """The registered backend of a spec (`multi:...` -> `multi`)."""
+    return spec.split(":", 1)[0]
+
+
+def is_required(spec: str) -> bool:
+    return spec in REQUIRED or family(spec) in REQUIRED
+
+
+def only(applies: Callable[[str], bool]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Run the decorated check on the backends `applies` accepts, and only on those."""
+
+    def mark(test: Callable[..., None]) -> Callable[..., None]:
+        test.backends = applies  # type: ignore[attr-defined]
+        return test
+
+    return mark
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store" in metafunc.fixturenames:
+        applies = getattr(metafunc.function, "backends", lambda _spec: True)
+        names = [b for b in BACKENDS if applies(b)]
+        metafunc.parametrize("store", names, indirect=True, scope="module")
+
+
+def shown(item: ProvisionedStore, tables: list[str]) -> list[str]:
+    """The table names a session lists: `<alias>.<table>` per component for `multi`."""
+    if item.backend != "multi":
+        return tables
+    return sorted(f"{alias}.{t}" for alias in item.components for t in tables)  # type: ignore[attr-defined]
+
+
 NAMES = ["Zoë", "東京", "🙂 smile", "", None, "O'Brien", 'a,b "q"', "line\nbreak", "\\N", "NULL"]
 STATUSES = ["delivered", "shipped", "canceled", "invoiced"]
 
@@ -194,13 +235,13 @@ def start_store(name: str, workdir: Path, timeout_s: float = 1.5) -> Store:
         store.setup_session()
     except (StoreError, UnknownStoreError, ImportError) as exc:
         message = f"store backend {name!r} cannot run here: {exc}"
-        if name in REQUIRED:
+        if is_required(name):
             pytest.fail(f"{message} (required by BACKINTEL_REQUIRE)")
         pytest.skip(message)
     return store
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module")
 def store(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Store]:
@@ -248,10 +289,11 @@ def test_queries_agree_with_reference(
 
 def test_tables_and_descriptions(item: ProvisionedStore, dataset: DatasetFiles) -> None:
     with item.connect() as session:
-        assert session.list_tables() == dataset.tables
-        for table in dataset.tables:
+        assert session.list_tables() == shown(item, dataset.tables)
+        for table in shown(item, dataset.tables):
             info = session.describe_table(table)
-            parquet = pq.read_metadata(dataset.parquet_dir / f"{table}.parquet")
+            stem = table.rsplit(".", 1)[-1]
+            parquet = pq.read_metadata(dataset.parquet_dir / f"{stem}.parquet")
             assert info.name == table
             assert info.row_count == parquet.num_rows
             assert [c.name for c in info.columns] == parquet.schema.to_arrow_schema().names
@@ -278,7 +320,7 @@ def test_state_changes_are_refused(item: ProvisionedStore, sql: str) -> None:
         with pytest.raises(QueryRefused):
             session.run_sql(sql)
         assert session.run_sql("SELECT count(*) AS n FROM orders").rows == [(250,)]
-        assert session.list_tables() == ["customers", "orders"]
+        assert session.list_tables() == shown(item, ["customers", "orders"])
     assert item.fingerprint() == before
     assert not Path("/tmp/backintel-evil.db").exists()
     assert not Path("/tmp/backintel-evil.csv").exists()
@@ -317,8 +359,8 @@ def test_items_are_isolated_and_teardown_is_idempotent(
     assert one.display_id == f"{store.name}:{one.store_id}"
     assert re.fullmatch(r"bi_[0-9a-f]{12}", one.store_id)
     with one.connect() as s1, two.connect() as s2:
-        assert s1.list_tables() == ["customers", "orders"]
-        assert s2.list_tables() == ["customers", "extra", "orders"]
+        assert s1.list_tables() == shown(one, ["customers", "orders"])
+        assert s2.list_tables() == shown(two, ["customers", "extra", "orders"])
         assert s1.run_sql("SELECT count(*) AS n FROM orders").rows == [(250,)]
         assert s2.run_sql("SELECT count(*) AS n FROM orders").rows == [(7,)]
         with pytest.raises(QueryError):
@@ -367,6 +409,7 @@ def _provision_in_process(name: str, workdir: str, parquet_dir: str) -> tuple[st
     with provisioned.connect() as session:
         count = session.run_sql("SELECT count(*) AS n FROM orders").rows[0][0]
     provisioned.teardown()
+    store.teardown_session()
     return provisioned.store_id, int(count)  # type: ignore[arg-type]
 
 
@@ -379,14 +422,13 @@ def test_concurrent_provisioning_from_processes(dataset: DatasetFiles, tmp_path:
         results = list(pool.map(_provision_in_process, *zip(*jobs, strict=True)))
     for (name, *_), result in zip(jobs, results, strict=True):
         if isinstance(result, str):
-            assert name not in REQUIRED, f"{name}: {result}"
+            assert not is_required(name), f"{name}: {result}"
             continue
         assert result[1] == 250, name
     ids = [r[0] for r in results if not isinstance(r, str)]
     assert len(ids) == len(set(ids))
 
 
-DUCKDB_FAMILY = {"duckdb", "lake-parquet", "files", "files-mixed"}
 ENGINE_REFUSES = [
     "INSERT INTO orders (id) VALUES (1)",
     "CREATE TABLE t2 (a INTEGER)",
@@ -402,6 +444,7 @@ ENGINE_REFUSES = [
 ]
 
 
+@only(lambda spec: family(spec) in DUCKDB_FAMILY)
 @pytest.mark.parametrize("sql", ENGINE_REFUSES)
 def test_duckdb_engine_guard_holds_without_the_statement_check(
     item: ProvisionedStore, sql: str
@@ -410,8 +453,6 @@ def test_duckdb_engine_guard_holds_without_the_statement_check(
 
     (Temporary tables, SET VARIABLE and COPY into the item's own folder pass the engine, which
     is why `check_statement` refuses every non-SELECT statement first.)"""
-    if item.backend not in DUCKDB_FAMILY:
-        pytest.skip(f"{item.backend} is not DuckDB-backed")
     conn = item.engine_connection()  # type: ignore[attr-defined]
     try:
         assert conn.execute("SELECT count(*) FROM orders").fetchall() == [(250,)]
@@ -423,10 +464,9 @@ def test_duckdb_engine_guard_holds_without_the_statement_check(
     assert not Path("/tmp/backintel-evil.csv").exists()
 
 
+@only(lambda spec: spec == "postgres")
 def test_postgres_privileges_are_the_guard(store: Store, item: ProvisionedStore) -> None:
     """As the item's role, outside our read-only transaction: writes and DDL still fail."""
-    if item.backend != "postgres":
-        pytest.skip("postgres only")
     import psycopg
 
     dsn = store.dsn.rsplit("/", 1)[0].split("//", 1)[1].rsplit("@", 1)[-1]  # type: ignore[attr-defined]
@@ -458,9 +498,8 @@ def make_dataset_once(store: Store) -> DatasetFiles:
     return DatasetFiles("tiny", root / "parquet", root / "dataset.sqlite")
 
 
+@only(lambda spec: spec == "postgres")
 def test_settings_changed_inside_a_select_do_not_last(item: ProvisionedStore) -> None:
-    if item.backend != "postgres":
-        pytest.skip("set_config is PostgreSQL's")
     with item.connect() as session:
         session.run_sql("SELECT set_config('statement_timeout', '0', false) AS s")
         shown = session.run_sql("SELECT current_setting('statement_timeout') AS s")
@@ -469,6 +508,15 @@ def test_settings_changed_inside_a_select_do_not_last(item: ProvisionedStore) ->
 
 def tamper(item: ProvisionedStore) -> None:
     """Delete order 1 behind the store's back, as a superuser or file owner would."""
+    if item.backend == "multi":
+        tamper(next(iter(item.components.values())))  # type: ignore[attr-defined]
+        return
+    if item.backend == "iceberg":
+        assert item.mount_path is not None
+        (target,) = (item.mount_path / "main" / "orders" / "data").glob("*.parquet")
+        target.chmod(0o644)
+        pq.write_table(pq.read_table(target).slice(1), target)
+        return
     if item.backend == "postgres":
         import psycopg
 
@@ -510,9 +558,8 @@ def test_fingerprint_sees_a_change_made_behind_the_store(
     assert after.physical != before.physical
 
 
+@only(lambda spec: spec in ("files", "files-mixed"))
 def test_files_mixed_has_both_formats(item: ProvisionedStore) -> None:
-    if item.backend not in ("files", "files-mixed"):
-        pytest.skip("files backends only")
     assert item.mount_path is not None
     suffixes = sorted(p.suffix for p in item.mount_path.iterdir() if p.stem != "_schema")
     expected = [".csv", ".json"] if item.backend == "files-mixed" else [".csv", ".csv"]
@@ -521,8 +568,8 @@ def test_files_mixed_has_both_formats(item: ProvisionedStore) -> None:
 
 def test_postgres_session_sweep_drops_leftovers(dataset: DatasetFiles, tmp_path: Path) -> None:
     """Items never torn down are dropped by `teardown_session`; a dead process's by setup."""
-    if "postgres" not in BACKENDS:
-        pytest.skip("postgres is not registered")
+    if os.environ.get("BACKINTEL_PG_DSN") == "initdb":
+        pytest.skip("a throwaway cluster is private to its session: nothing is left to sweep")
     import psycopg
 
     pg = start_store("postgres", tmp_path)

@@ -31,11 +31,22 @@ def store_path() -> Path:
     return Path(value)
 
 
+def _data_files(folder: Path) -> dict[str, Path]:
+    """Tables of a folder store by name: `<table>.parquet`, `.csv` or `.json` (NDJSON)."""
+    files = {}
+    for file in sorted(folder.iterdir()):
+        if file.suffix in {".parquet", ".csv", ".json"} and not file.stem.startswith("_"):
+            files[file.stem] = file
+    return files
+
+
 def kind() -> str:
-    """'sqlite', 'duckdb' or 'parquet' (a folder of <table>.parquet files)."""
+    """'sqlite', 'duckdb', 'parquet' (a folder of <table>.parquet files) or 'files' (a folder
+    of CSV and newline-delimited JSON files)."""
     path = store_path()
     if path.is_dir():
-        return "parquet"
+        suffixes = {f.suffix for f in _data_files(path).values()}
+        return "parquet" if suffixes <= {".parquet"} else "files"
     with path.open("rb") as fh:
         head = fh.read(16)
     if head == _SQLITE_MAGIC:
@@ -94,10 +105,12 @@ def duckdb() -> Any:
         con.execute(f"ATTACH '{quoted}' AS store (READ_ONLY)")
         con.execute("USE store")
     else:
-        for file in sorted(path.glob("*.parquet")):
-            name = file.stem.replace('"', '""')
+        readers = {".parquet": "read_parquet", ".csv": "read_csv", ".json": "read_json"}
+        for name, file in _data_files(path).items():
             src = str(file).replace("'", "''")
-            con.execute(f"CREATE VIEW \"{name}\" AS SELECT * FROM read_parquet('{src}')")
+            view = name.replace('"', '""')
+            reader = readers[file.suffix]
+            con.execute(f"CREATE VIEW \"{view}\" AS SELECT * FROM {reader}('{src}')")
     return con
 
 
@@ -110,8 +123,8 @@ def tables() -> list[str]:
                 "AND name NOT LIKE 'sqlite_%' ORDER BY name"
             ).fetchall()
         return [r[0] for r in rows]
-    if kind() == "parquet":
-        return sorted(p.stem for p in store_path().glob("*.parquet"))
+    if kind() in {"parquet", "files"}:
+        return sorted(_data_files(store_path()))
     return sorted(r[0] for r in duckdb().execute("SHOW TABLES").fetchall())
 
 
@@ -121,8 +134,13 @@ def table(name: str) -> Any:
 
     if name not in tables():
         raise KeyError(f"no table {name!r} in the store; tables: {', '.join(tables())}")
-    if kind() == "parquet":
-        return pl.read_parquet(store_path() / f"{name}.parquet")
+    if kind() in {"parquet", "files"}:
+        file = _data_files(store_path())[name]
+        if file.suffix == ".parquet":
+            return pl.read_parquet(file)
+        if file.suffix == ".json":
+            return pl.read_ndjson(file, infer_schema_length=None)
+        return pl.read_csv(file, null_values=["\\N"], infer_schema_length=None)
     if kind() == "sqlite":
         with connect() as con:
             cur = con.execute(f'SELECT * FROM "{name.replace(chr(34), chr(34) * 2)}"')

@@ -1,8 +1,8 @@
 """The acceptance suite v1: controlled cases, cross-checked references, manifests, verification.
 
-    from scenarios.acceptance import AcceptanceSettings, build_acceptance, verify_acceptance_data
-    manifest = build_acceptance(AcceptanceSettings(data_dir), split="development")
-    verify_acceptance_data(manifest, AcceptanceSettings(data_dir))
+from scenarios.acceptance import AcceptanceSettings, build_acceptance, verify_acceptance_data
+manifest = build_acceptance(AcceptanceSettings(data_dir), split="development")
+verify_acceptance_data(manifest, AcceptanceSettings(data_dir))
 """
 
 from scenarios.acceptance.builder import (

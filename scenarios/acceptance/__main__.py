@@ -1,8 +1,9 @@
 """Regenerate the committed acceptance manifests: `uv run python -m scenarios.acceptance`.
 
 Builds both splits under the data dir ($BACKINTEL_DATA_DIR or `<repo>/data`) and writes
-`scenarios/acceptance/acceptance-v1/{development,acceptance}.json`. Review the diff: a changed
-reference is a change to the benchmark.
+`scenarios/acceptance/acceptance-v1/{development,acceptance}.json`, then the
+original-regression manifest over the Olist world (`original-regression.json`).
+Review the diff: a changed reference is a change to the benchmark.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from scenarios.acceptance.builder import AcceptanceSettings, build_acceptance
 from scenarios.acceptance.manifest import manifest_path
 from scenarios.acceptance.model import SPLITS
+from scenarios.acceptance.regression import REGRESSION_PATH, build_regression, to_json
 from scenarios.worlds import data_dir
 
 
@@ -21,6 +23,9 @@ def main() -> None:
         manifest.write(path)
         answerable = sum(bool(c.scenario["answerable"]) for c in manifest.cases)
         print(f"{path}: {len(manifest.cases)} cases ({answerable} answerable)")
+    regression = build_regression(settings.data_dir)
+    REGRESSION_PATH.write_text(to_json(regression), encoding="utf-8")
+    print(f"{REGRESSION_PATH}: {len(regression['cases'])} cases")
 
 
 if __name__ == "__main__":

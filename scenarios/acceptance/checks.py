@@ -28,7 +28,7 @@ def json_value(kind: str, value: RefValue) -> int | float | str:
         if not isinstance(value, str):
             raise TypeError(f"a text reference must be a string, got {value!r}")
         return value
-    if isinstance(value, str) or isinstance(value, bool):
+    if isinstance(value, str | bool):
         raise TypeError(f"a {kind} reference must be a number, got {value!r}")
     if kind == "count":
         if not isinstance(value, int):

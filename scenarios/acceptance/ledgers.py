@@ -54,8 +54,12 @@ class _Ledger:
     def add_sales(self, start: date, end: date, count: int) -> None:
         for _ in range(count):
             account = self.rng.choice(SALES_ACCOUNTS)
-            amount = cents(self.rng, 40, 900) if account == "product_sales" else cents(self.rng, 8, 60)
-            self.sales.append((self.sale_ids(), self._day(start, end), account, self.order_ids(), amount))
+            amount = (
+                cents(self.rng, 40, 900) if account == "product_sales" else cents(self.rng, 8, 60)
+            )
+            self.sales.append(
+                (self.sale_ids(), self._day(start, end), account, self.order_ids(), amount)
+            )
         for _ in range(max(1, count // 8)):  # returns: negative revenue postings
             amount = -cents(self.rng, 20, 300)
             self.sales.append((self.sale_ids(), self._day(start, end), "returns", None, amount))
@@ -69,7 +73,9 @@ class _Ledger:
     def random_expenses(self, count: int) -> list[Decimal]:
         return [cents(self.rng, 30, 1400) for _ in range(count)]
 
-    def cover(self, ledger: str, start: date, end: date, loaded_through: date | None = None) -> None:
+    def cover(
+        self, ledger: str, start: date, end: date, loaded_through: date | None = None
+    ) -> None:
         last = end - timedelta(days=1)
         through = loaded_through or last
         status = "closed" if through == last else "open"
@@ -81,14 +87,24 @@ class _Ledger:
         out = [
             Table(
                 v.table("sales"),
-                (("posting_id", "TEXT"), ("posted_on", "TEXT"), ("account", "TEXT"),
-                 ("order_ref", "TEXT"), ("amount", "REAL")),  # fmt: skip
+                (
+                    ("posting_id", "TEXT"),
+                    ("posted_on", "TEXT"),
+                    ("account", "TEXT"),
+                    ("order_ref", "TEXT"),
+                    ("amount", "REAL"),
+                ),
                 [(i, fmt_date(d), a, o, amt) for i, d, a, o, amt in sales],
             ),
             Table(
                 v.table("coverage"),
-                (("ledger", "TEXT"), ("period_start", "TEXT"), ("period_end", "TEXT"),
-                 ("status", "TEXT"), ("loaded_through", "TEXT")),  # fmt: skip
+                (
+                    ("ledger", "TEXT"),
+                    ("period_start", "TEXT"),
+                    ("period_end", "TEXT"),
+                    ("status", "TEXT"),
+                    ("loaded_through", "TEXT"),
+                ),
                 self.coverage,
             ),
         ]
@@ -97,8 +113,13 @@ class _Ledger:
             out.append(
                 Table(
                     v.table("expenses"),
-                    (("posting_id", "TEXT"), ("posted_on", "TEXT"), ("category", "TEXT"),
-                     ("vendor", "TEXT"), ("amount", "REAL")),  # fmt: skip
+                    (
+                        ("posting_id", "TEXT"),
+                        ("posted_on", "TEXT"),
+                        ("category", "TEXT"),
+                        ("vendor", "TEXT"),
+                        ("amount", "REAL"),
+                    ),
                     [(i, fmt_date(d), c, vend, amt) for i, d, c, vend, amt in exp],
                 )
             )
@@ -142,8 +163,9 @@ def _three_months(v: Variant, ledger: _Ledger, target: date, expenses: bool) -> 
             ledger.cover("expenses", start, end)
 
 
-def _answerable(v: Variant, key: str, family: str, target: date, ledger: _Ledger,
-                planting: dict[str, Any]) -> Case:  # fmt: skip
+def _answerable(
+    v: Variant, key: str, family: str, target: date, ledger: _Ledger, planting: dict[str, Any]
+) -> Case:
     end = add_months(target, 1)
     profit = ledger.revenue(target, end) - ledger.spend(target, end)
     return Case(
@@ -187,8 +209,10 @@ def zero_profit(v: Variant) -> list[Case]:
     revenue = ledger.revenue(target, end)
     count = rng.randint(9, 13)
     share = revenue * Decimal("0.85") / (count - 1)
-    amounts = [(share * Decimal(rng.randint(70, 130)) / 100).quantize(Decimal("0.01"))
-               for _ in range(count - 1)]  # fmt: skip
+    amounts = [
+        (share * Decimal(rng.randint(70, 130)) / 100).quantize(Decimal("0.01"))
+        for _ in range(count - 1)
+    ]
     amounts.append(revenue - sum(amounts, Decimal(0)))
     if amounts[-1] <= 0:
         raise ValueError("zero-profit: the balancing expense is not positive")
@@ -238,7 +262,7 @@ def partial_ledger(v: Variant) -> list[Case]:
     """A quarter whose expense ledger is loaded for two months and three days of the third."""
     rng = v.rng("partial-ledger")
     ledger = _Ledger(v, rng)
-    quarter = date(*v.pick((2024, 1), (2025, 4)), 1)
+    quarter = date(*v.pick((2024, 1), (2025, 7)), 1)
     gap_offset = v.pick(2, 1)  # development: last month missing; reserved: middle month
     end = add_months(quarter, 3)
     ledger.add_sales(add_months(quarter, -1), quarter, rng.randint(15, 20))
@@ -263,9 +287,21 @@ def partial_ledger(v: Variant) -> list[Case]:
         f"for {month_label(gap)} it is open and loaded through {fmt_date(gap + timedelta(days=2))}"
         " only, so full-quarter expenses, and hence net profit, are unknown."
     )
-    gap_words = [gap.strftime("%B").lower(), gap.strftime("%Y-%m")]
-    coverage_words = ["coverage", "covered", "incomplete", "partial", "partially", "missing",
-                      "open", "gap", "loaded"]  # fmt: skip
+    month = gap.strftime("%B").lower()
+    gap_words = [f"{month} {gap.year}", gap.strftime("%Y-%m")]
+    if month != "may":  # the bare word "may" would match the modal verb
+        gap_words.insert(0, month)
+    coverage_words = [
+        "coverage",
+        "covered",
+        "incomplete",
+        "partial",
+        "partially",
+        "missing",
+        "open",
+        "gap",
+        "loaded",
+    ]
     naive = ledger.revenue(quarter, end) - ledger.spend(quarter, end)
     return [
         Case(

@@ -158,7 +158,7 @@ def manifest_path(split: str, root: Path = MANIFEST_DIR) -> Path:
 
 def load_manifest(source: str | Path, root: Path = MANIFEST_DIR) -> Manifest:
     """A manifest from a split name (`development`, `reserved`) or a JSON file path."""
-    path = manifest_path(source, root) if str(source) in MANIFEST_FILES else Path(source)
+    path = manifest_path(str(source), root) if str(source) in MANIFEST_FILES else Path(source)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:

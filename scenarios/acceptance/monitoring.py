@@ -96,8 +96,12 @@ def orders_table(v: Variant, orders: list[Order]) -> Table:
         (o.order_id, o.status, fmt_ts(o.purchased), fmt_ts(o.delivered) if o.delivered else None)
         for o in sorted(orders, key=lambda o: (o.purchased, o.order_id))
     ]
-    columns = (("order_id", "TEXT"), ("order_status", "TEXT"), ("purchased_at", "TEXT"),
-               ("delivered_at", "TEXT"))  # fmt: skip
+    columns = (
+        ("order_id", "TEXT"),
+        ("order_status", "TEXT"),
+        ("purchased_at", "TEXT"),
+        ("delivered_at", "TEXT"),
+    )
     return Table(v.table("orders"), columns, rows)
 
 
@@ -126,7 +130,9 @@ def monitor_question(
     )
 
 
-def monitor_check(table: str, base: tuple[date, date], cur: tuple[date, date], pending: bool) -> str:
+def monitor_check(
+    table: str, base: tuple[date, date], cur: tuple[date, date], pending: bool
+) -> str:
     def mean(lo: date, hi: date) -> str:
         return (
             "(SELECT AVG((CAST(strftime('%s', delivered_at) AS INTEGER) - CAST(strftime('%s', "
@@ -177,7 +183,9 @@ def monitor_reference(base: list[Order], cur: list[Order], pending: bool) -> dic
     }
     if pending:
         ref["current_delivered_orders"] = sum(1 for o in cur if o.delivered)
-        ref["current_pending_orders"] = sum(1 for o in cur if o.status not in ("delivered", "canceled"))
+        ref["current_pending_orders"] = sum(
+            1 for o in cur if o.status not in ("delivered", "canceled")
+        )
     return ref
 
 
@@ -201,7 +209,9 @@ def _shift_case(v: Variant, key: str) -> Case:
             slow = bought + timedelta(days=rng.randint(14, 19))
             base[i] = Order(base[i].order_id, bought, slow)
         cur = draw(rng, ids, cur_m, after, 42, scale)
-        canceled = [Order(ids(), day_seconds(rng, cur_m, after), None, "canceled") for _ in range(3)]
+        canceled = [
+            Order(ids(), day_seconds(rng, cur_m, after), None, "canceled") for _ in range(3)
+        ]
         rel = observed_mean(cur) / observed_mean(base) - 1
         if low < rel < high:
             break

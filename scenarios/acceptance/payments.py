@@ -133,7 +133,9 @@ def repeated_export_rows(v: Variant) -> list[Case]:
     events += _events(rng, end, end + timedelta(days=12), 5, 0.4)
     events.sort(key=lambda e: (e[3], e[0], e[1]))
     ids = Ids(rng, "ev_")
-    base = [(ids(), order, kind, Decimal(amount).scaleb(-2), at) for order, kind, amount, at in events]
+    base = [
+        (ids(), order, kind, Decimal(amount).scaleb(-2), at) for order, kind, amount, at in events
+    ]
     lo, hi = datetime(start.year, start.month, 1), datetime(end.year, end.month, 1)
     inside = [e for e in base if lo <= e[4] < hi]
     refunds = [e for e in inside if e[2] == "refund"]

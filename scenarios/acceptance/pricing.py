@@ -49,7 +49,9 @@ def _split_quantity(rng: random.Random, total: int) -> list[int]:
 
 def _sell(rng: random.Random, sku: str, qty: int, price: Decimal, lo: date, hi: date) -> list[Line]:
     span = (hi - lo).days
-    return [(lo + timedelta(days=rng.randrange(span)), sku, q, price) for q in _split_quantity(rng, qty)]
+    return [
+        (lo + timedelta(days=rng.randrange(span)), sku, q, price) for q in _split_quantity(rng, qty)
+    ]
 
 
 def _price(lines: list[Line], sku: str, lo: date, hi: date) -> Fraction | None:
@@ -63,10 +65,13 @@ def _naive(lines: list[Line], lo: date, hi: date) -> Fraction:
     return Fraction(sum(q * p for q, p in mine)) / sum(q for q, _ in mine)
 
 
-def _draw(rng: random.Random, skus: list[str], mix_only: bool, b0: date, c0: date, a0: date
-          ) -> tuple[list[Line], dict[str, str]]:  # fmt: skip
-    prices = {sku: Decimal(rng.randint(lo * 100, hi * 100)).scaleb(-2)
-              for sku, (_, _, lo, hi) in zip(skus, CATALOG, strict=False)}  # fmt: skip
+def _draw(
+    rng: random.Random, skus: list[str], mix_only: bool, b0: date, c0: date, a0: date
+) -> tuple[list[Line], dict[str, str]]:
+    prices = {
+        sku: Decimal(rng.randint(lo * 100, hi * 100)).scaleb(-2)
+        for sku, (_, _, lo, hi) in zip(skus, CATALOG, strict=False)
+    }
     lines: list[Line] = []
     changes: dict[str, str] = {}
     raised = set(rng.sample(skus[:6], 4)) if not mix_only else set()
@@ -119,12 +124,17 @@ def sales_mix(v: Variant) -> list[Case]:
                 break
         ids = Ids(rng, "ln_")
         rows: list[tuple[Value, ...]] = [
-            (ids(), fmt_date(d), s, q, p) for d, s, q, p in sorted(lines, key=lambda x: (x[0], x[1], x[2]))
+            (ids(), fmt_date(d), s, q, p)
+            for d, s, q, p in sorted(lines, key=lambda x: (x[0], x[1], x[2]))
         ]
         t_lines, t_products = v.table("lines"), v.table("products")
         products: list[tuple[Value, ...]] = [
             (sku, name, cat) for sku, (name, cat, _, _) in zip(skus, CATALOG, strict=False)
-        ] + [(skus[6], "Smart speaker", "electronics"), (skus[7], "Paper straws", "kitchen")]
+        ]
+        products += [
+            (skus[6], "Smart speaker", "electronics"),
+            (skus[7], "Paper straws", "kitchen"),
+        ]
         last_b, last_c = c0 - timedelta(days=1), a0 - timedelta(days=1)
         question = (
             f"Price monitoring: the baseline period is {month_label(b0)} (sold_on {fmt_date(b0)} "
@@ -139,7 +149,8 @@ def sales_mix(v: Variant) -> list[Case]:
         )
 
         def period(lo: date, hi: date, expr: str) -> str:
-            return f"SUM(CASE WHEN sold_on >= '{fmt_date(lo)}' AND sold_on < '{fmt_date(hi)}' THEN {expr} END)"
+            window = f"sold_on >= '{fmt_date(lo)}' AND sold_on < '{fmt_date(hi)}'"
+            return f"SUM(CASE WHEN {window} THEN {expr} END)"
 
         check = (
             "WITH p AS (SELECT sku,\n"
@@ -159,10 +170,22 @@ def sales_mix(v: Variant) -> list[Case]:
                 title=f"Price monitoring, {month_label(c0)} vs {month_label(b0)}",
                 question=question,
                 tables=(
-                    Table(t_products, (("sku", "TEXT"), ("product_name", "TEXT"),
-                                       ("category", "TEXT")), products),  # fmt: skip
-                    Table(t_lines, (("line_id", "TEXT"), ("sold_on", "TEXT"), ("sku", "TEXT"),
-                                    ("quantity", "INTEGER"), ("unit_price", "REAL")), rows),  # fmt: skip
+                    Table(
+                        t_products,
+                        (("sku", "TEXT"), ("product_name", "TEXT"), ("category", "TEXT")),
+                        products,
+                    ),
+                    Table(
+                        t_lines,
+                        (
+                            ("line_id", "TEXT"),
+                            ("sold_on", "TEXT"),
+                            ("sku", "TEXT"),
+                            ("quantity", "INTEGER"),
+                            ("unit_price", "REAL"),
+                        ),
+                        rows,
+                    ),
                 ),
                 conditions="Complete sales lines for both periods and the month before; one SKU "
                 "launched in the current period and one discontinued after the baseline.",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from datetime import date, datetime, timedelta
 from fractions import Fraction
+from typing import Any
 
 from scenarios.acceptance.model import (
     Case,
@@ -42,7 +43,9 @@ PENDING_TEXT = (
 )
 
 
-def _arriving(rng: random.Random, ids: Ids, lo: date, hi: date, after: datetime, days: int) -> Order:
+def _arriving(
+    rng: random.Random, ids: Ids, lo: date, hi: date, after: datetime, days: int
+) -> Order:
     """An order purchased in [lo, hi) whose delivery happens within `days` days after `after`."""
     bought = datetime(lo.year, lo.month, lo.day) + timedelta(
         seconds=rng.randrange(int((hi - lo).total_seconds()))
@@ -78,7 +81,7 @@ def delayed_observations(v: Variant) -> list[Case]:
     ):
         view = snapshot(world, cutoff)
         b, c = cohort(view, w0, w1), cohort(view, w1, w2)
-        planting = {
+        planting: dict[str, Any] = {
             "cutoff": fmt_ts(cutoff),
             "schedule": [fmt_ts(first), fmt_ts(second)],
             "why": "future outcomes are hidden at the first cutoff; the alert must wait for the "
@@ -137,7 +140,8 @@ def duplicate_shipments(v: Variant) -> list[Case]:
     t_orders, t_ship = v.table("orders"), v.table("shipments")
 
     def window(lo: date, hi: date) -> str:
-        return f"o.purchased_at >= '{fmt_ts(midnight(lo))}' AND o.purchased_at < '{fmt_ts(midnight(hi))}'"
+        a, b = fmt_ts(midnight(lo)), fmt_ts(midnight(hi))
+        return f"o.purchased_at >= '{a}' AND o.purchased_at < '{b}'"
 
     check = (
         "WITH s AS (SELECT DISTINCT order_id, delivered_at FROM "
@@ -162,7 +166,10 @@ def duplicate_shipments(v: Variant) -> list[Case]:
             level=6,
             title=f"Delivery monitoring over a shipment export, {month_label(cur_m)}",
             question=monitor_question(
-                midnight(after) + timedelta(days=21), (base_m, cur_m), (cur_m, after), (DELIVERED_TEXT,)
+                midnight(after) + timedelta(days=21),
+                (base_m, cur_m),
+                (cur_m, after),
+                (DELIVERED_TEXT,),
             ),
             tables=(
                 Table(
@@ -172,8 +179,13 @@ def duplicate_shipments(v: Variant) -> list[Case]:
                 ),
                 Table(
                     t_ship,
-                    (("order_id", "TEXT"), ("carrier", "TEXT"), ("shipped_at", "TEXT"),
-                     ("delivered_at", "TEXT"), ("export_batch", "INTEGER")),  # fmt: skip
+                    (
+                        ("order_id", "TEXT"),
+                        ("carrier", "TEXT"),
+                        ("shipped_at", "TEXT"),
+                        ("delivered_at", "TEXT"),
+                        ("export_batch", "INTEGER"),
+                    ),
                     shipments,
                 ),
             ),
@@ -234,9 +246,20 @@ def current_period_unobserved(v: Variant) -> list[Case]:
             refusal={
                 "must_name": [
                     ["delivered", "delivery", "deliveries"],
-                    ["pending", "undelivered", "unobserved", "not yet", "in transit", "none",
-                     "zero", "shipped", "outstanding", "not observed", "not been delivered"],
-                ],  # fmt: skip
+                    [
+                        "pending",
+                        "undelivered",
+                        "unobserved",
+                        "not yet",
+                        "in transit",
+                        "none",
+                        "zero",
+                        "shipped",
+                        "outstanding",
+                        "not observed",
+                        "not been delivered",
+                    ],
+                ],
                 "forbidden_metric": "current_mean_delivery_days",
                 "conditions": condition,
             },

@@ -8,6 +8,7 @@ from fractions import Fraction
 from scenarios.acceptance.model import (
     Case,
     Ids,
+    RefValue,
     Table,
     Value,
     Variant,
@@ -53,7 +54,11 @@ def delivery_review_report(v: Variant) -> list[Case]:
     end = add_months(start, 1)
     oid, cid, rid = Ids(rng, "o_"), Ids(rng, "c_"), Ids(rng, "r_")
     orders: list[Order] = []
-    for lo, hi, count in ((add_months(start, -1), start, 10), (start, end, 42), (end, add_months(end, 1), 8)):
+    for lo, hi, count in (
+        (add_months(start, -1), start, 10),
+        (start, end, 42),
+        (end, add_months(end, 1), 8),
+    ):
         for i in range(count):
             bought = day_seconds(rng, lo, hi)
             estimate = _midnight(bought.date() + timedelta(days=rng.randint(12, 24)))
@@ -81,7 +86,7 @@ def delivery_review_report(v: Variant) -> list[Case]:
     ids = {o[0] for o in cohort}
     scores = [int(str(r[2])) for r in reviews if r[1] in ids]
     reviewed = {r[1] for r in reviews}
-    reference = {
+    reference: dict[str, RefValue] = {
         "delivered_orders": len(cohort),
         "mean_delivery_days": mean_days([(o[3], o[4]) for o in cohort if o[4]]),
         "late_share": Fraction(sum(1 for o in cohort if o[4] and o[4] > o[5]), len(cohort)),
@@ -126,7 +131,10 @@ def delivery_review_report(v: Variant) -> list[Case]:
             level=5,
             title=f"Delivery and review report, {month_label(start)}",
             question=question,
-            tables=(Table(t_orders, ORDER_COLUMNS, rows), Table(t_reviews, REVIEW_COLUMNS, reviews)),
+            tables=(
+                Table(t_orders, ORDER_COLUMNS, rows),
+                Table(t_reviews, REVIEW_COLUMNS, reviews),
+            ),
             conditions="Complete extract; delivered orders without a delivery timestamp, orders "
             "with two reviews or none, and undelivered orders are present.",
             planting={
@@ -144,7 +152,7 @@ def delivery_review_report(v: Variant) -> list[Case]:
                 metric("average_review_score", "ratio", "points", "Mean over review rows."),
                 metric("orders_without_review", "count", "orders", "Orders with no review."),
             ),
-            reference=dict(reference),
+            reference=reference,
             check_sql=check,
         )
     ]
@@ -176,9 +184,11 @@ def repeat_purchasing_report(v: Variant) -> list[Case]:
         if lo <= bought < hi:
             per_person.setdefault(person_of[customer], set()).add(order_id)
     persons = len(per_person)
-    reference = {
+    reference: dict[str, RefValue] = {
         "persons": persons,
-        "repeat_person_share": Fraction(sum(1 for s in per_person.values() if len(s) >= 2), persons),
+        "repeat_person_share": Fraction(
+            sum(1 for s in per_person.values() if len(s) >= 2), persons
+        ),
         "mean_orders_per_person": Fraction(sum(len(s) for s in per_person.values()), persons),
     }
     t_orders, t_customers = v.table("orders"), v.table("customers")
@@ -214,14 +224,22 @@ def repeat_purchasing_report(v: Variant) -> list[Case]:
             tables=(
                 Table(
                     t_orders,
-                    (("order_id", "TEXT"), ("customer_id", "TEXT"), ("order_status", "TEXT"),
-                     ("purchased_at", "TEXT")),  # fmt: skip
+                    (
+                        ("order_id", "TEXT"),
+                        ("customer_id", "TEXT"),
+                        ("order_status", "TEXT"),
+                        ("purchased_at", "TEXT"),
+                    ),
                     order_rows,
                 ),
                 Table(
                     t_customers,
-                    (("customer_id", "TEXT"), ("customer_person_id", "TEXT"),
-                     ("customer_city", "TEXT"), ("customer_state", "TEXT")),  # fmt: skip
+                    (
+                        ("customer_id", "TEXT"),
+                        ("customer_person_id", "TEXT"),
+                        ("customer_city", "TEXT"),
+                        ("customer_state", "TEXT"),
+                    ),
                     sorted(customers, key=lambda c: str(c[0])),
                 ),
             ),
@@ -236,7 +254,7 @@ def repeat_purchasing_report(v: Variant) -> list[Case]:
                 metric("repeat_person_share", "ratio", "ratio", "People with 2+ orders."),
                 metric("mean_orders_per_person", "ratio", "orders per person", "Orders/people."),
             ),
-            reference=dict(reference),
+            reference=reference,
             check_sql=check,
         )
     ]
@@ -255,7 +273,9 @@ def causal_review(v: Variant) -> list[Case]:
         bought = day_seconds(rng, start, end)
         state = rng.choice(["SP", "SP", "RJ", "MG", "BA", "RS", "PE"])
         express = bought.date() >= switch and state in metro
-        days = rng.randint(1, 4) if express else rng.randint(4, 16) + (3 if state not in metro else 0)
+        days = (
+            rng.randint(1, 4) if express else rng.randint(4, 16) + (3 if state not in metro else 0)
+        )
         delivered = bought + timedelta(days=days, seconds=rng.randint(0, 80000))
         carrier = "express" if express else "standard"
         orders.append((oid(), state, carrier, fmt_ts(bought), fmt_ts(delivered)))
@@ -284,8 +304,13 @@ def causal_review(v: Variant) -> list[Case]:
             tables=(
                 Table(
                     v.table("orders"),
-                    (("order_id", "TEXT"), ("customer_state", "TEXT"), ("carrier", "TEXT"),
-                     ("purchased_at", "TEXT"), ("delivered_at", "TEXT")),  # fmt: skip
+                    (
+                        ("order_id", "TEXT"),
+                        ("customer_state", "TEXT"),
+                        ("carrier", "TEXT"),
+                        ("purchased_at", "TEXT"),
+                        ("delivered_at", "TEXT"),
+                    ),
                     orders,
                 ),
                 Table(v.table("reviews"), REVIEW_COLUMNS, sorted(reviews, key=lambda r: str(r[0]))),
@@ -299,9 +324,21 @@ def causal_review(v: Variant) -> list[Case]:
             refusal={
                 "must_name": [
                     ["causal", "cause", "caused", "causation", "causally", "causality"],
-                    ["randomized", "randomised", "randomization", "randomisation", "experiment",
-                     "experimental", "control group", "counterfactual", "confounding",
-                     "confounder", "confounders", "confounded", "a/b test"],  # fmt: skip
+                    [
+                        "randomized",
+                        "randomised",
+                        "randomization",
+                        "randomisation",
+                        "experiment",
+                        "experimental",
+                        "control group",
+                        "counterfactual",
+                        "confounding",
+                        "confounder",
+                        "confounders",
+                        "confounded",
+                        "a/b test",
+                    ],
                 ],
                 "forbidden_metric": "causal_review_effect",
                 "conditions": condition,

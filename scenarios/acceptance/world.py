@@ -81,14 +81,18 @@ class AcceptanceWorld(World):
         case = case_tables(split, snapshot.removeprefix(f"{split}-"), self.seed)
         return {
             t.name: pl.DataFrame(
-                [tuple(float(v) if not isinstance(v, int | str | None) else v for v in r)
-                 for r in t.rows],
-                schema={n: {"INTEGER": pl.Int64, "REAL": pl.Float64}.get(k, pl.String)
-                        for n, k in t.columns},
+                [
+                    tuple(float(v) if not isinstance(v, int | str | None) else v for v in r)
+                    for r in t.rows
+                ],
+                schema={
+                    n: {"INTEGER": pl.Int64, "REAL": pl.Float64}.get(k, pl.String)
+                    for n, k in t.columns
+                },
                 orient="row",
             )
             for t in case.tables
-        }  # fmt: skip
+        }
 
     def ensure_built(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
         split = self._split_of(snapshot)
@@ -118,6 +122,11 @@ class AcceptanceWorld(World):
                 f"manifest (cases {', '.join(differing)}); regenerate it deliberately with "
                 "`uv run python -m scenarios.acceptance` and review the reference changes"
             )
+
+    def verify(self, data_dir: Path, snapshot: str = "base") -> list[str]:
+        """`verify_acceptance_data` for one case: its file against the manifest's checksums."""
+        case = self.manifest(self._split_of(snapshot)).case(snapshot)
+        return case_problems(case, data_dir)
 
     def data_hash(self, files: DatasetFiles) -> str:
         """The logical sha256 of the case's SQLite file (as recorded in the manifest)."""

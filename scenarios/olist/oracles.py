@@ -325,3 +325,7 @@ def l3_payment_total_delivered_2018(pq: Path) -> dict[str, Any]:
         "total_payment_value": payments.select(_cents("payment_value")).item(),
         "item_rows": items.height,
     }
+
+
+# --- more scenarios, registered by importing their modules (kept apart for size) --------------
+from scenarios.olist import oracles_more, oracles_reports  # noqa: E402, F401

@@ -1,0 +1,160 @@
+"""`iceberg`: Iceberg tables in a per-item local warehouse, read through DuckDB views.
+
+Per item `<workdir>/<store id>/`: `iceberg.db`, a pyiceberg SQL catalog (SQLite-backed) whose
+warehouse is `warehouse/`; each `<table>.parquet` of the dataset is written through pyiceberg
+as table `main.<table>` (one append: one snapshot). `catalog.duckdb` holds the analyst's views
+`CREATE VIEW <table> AS SELECT * FROM iceberg_scan('<metadata.json>')`, pinned to the
+metadata file of that snapshot. The analyst's connection loads the `avro` and `iceberg`
+extensions from their wheels, opens the catalog read-only, and may read files under
+`warehouse/` only, with the configuration locked (as the other DuckDB backends).
+
+Fingerprint: logical over the views' rows; physical is the sha256 of every file of the item
+(catalog database, metadata, manifests, data) together with each table's current metadata
+location and snapshot id as the pyiceberg catalog reports them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow.parquet as pq
+
+from stores._duckdb_common import (
+    logical_fingerprint,
+    quote_ident,
+    quote_literal,
+    remove_folder,
+    tree_sha256,
+)
+from stores._extensions import load_extensions, open_guarded_with
+from stores.base import DatasetFiles, Fingerprint, Store, StoreError, new_store_id
+from stores.lake import CATALOG, ProvisionedViews
+
+__all__ = ["IcebergStore", "ProvisionedIceberg", "open_catalog", "snapshot_ids"]
+
+NAMESPACE = "main"
+WAREHOUSE = "warehouse"
+ICEBERG_DB = "iceberg.db"
+EXTENSIONS = ("avro", "iceberg")
+
+
+def open_catalog(root: Path) -> Any:
+    """The item's pyiceberg SQL catalog (imported only when this backend is used)."""
+    try:
+        from pyiceberg.catalog.sql import SqlCatalog
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise StoreError(
+            "the iceberg store needs pyiceberg: run `uv add 'pyiceberg[sql-sqlite]'`"
+        ) from exc
+    return SqlCatalog(
+        "backintel",
+        uri=f"sqlite:///{root / ICEBERG_DB}",
+        warehouse=(root / WAREHOUSE).as_uri(),
+    )
+
+
+def snapshot_ids(root: Path) -> dict[str, tuple[str, int | None]]:
+    """Table -> (metadata location, current snapshot id), read from the catalog database
+    (opened read-only) and the metadata file it points at."""
+    uri = f"{(root / ICEBERG_DB).as_uri()}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as con:
+            rows = con.execute(
+                "SELECT table_name, metadata_location FROM iceberg_tables "
+                "WHERE table_namespace = ? ORDER BY 1",
+                (NAMESPACE,),
+            ).fetchall()
+        out: dict[str, tuple[str, int | None]] = {}
+        for table, location in rows:
+            meta = json.loads(Path(_metadata_path(str(location))).read_text())
+            snap = meta.get("current-snapshot-id")
+            out[str(table)] = (str(location), None if snap in (None, -1) else int(snap))
+        return out
+    except (sqlite3.Error, OSError, ValueError) as exc:
+        raise StoreError(f"iceberg store: cannot read the catalog under {root}: {exc}") from exc
+
+
+class ProvisionedIceberg(ProvisionedViews):
+    """A warehouse, its catalog and the analyst's view catalog."""
+
+    @property
+    def mount_path(self) -> Path | None:
+        return self.root / WAREHOUSE
+
+    def engine_connection(self) -> duckdb.DuckDBPyConnection:
+        if not self.root.is_dir():
+            raise StoreError(f"{self.display_id} was torn down; provision a new store")
+        return open_guarded_with(
+            self.root / CATALOG, extensions=EXTENSIONS, allowed_dirs=[self.root / WAREHOUSE]
+        )
+
+    def fingerprint(self) -> Fingerprint:
+        physical = hashlib.sha256(tree_sha256(self.root).encode())
+        physical.update(json.dumps(snapshot_ids(self.root), sort_keys=True).encode())
+        conn = self.engine_connection()
+        try:
+            return Fingerprint(logical=logical_fingerprint(conn), physical=physical.hexdigest())
+        finally:
+            conn.close()
+
+
+def _metadata_path(location: str) -> str:
+    return location.removeprefix("file://")
+
+
+class IcebergStore(Store):
+    """Each item gets its own warehouse written through pyiceberg."""
+
+    name = "iceberg"
+    dialect = "duckdb"
+
+    def provision(self, dataset: DatasetFiles) -> ProvisionedIceberg:
+        store_id = new_store_id()
+        root = self.workdir / store_id
+        try:
+            (root / WAREHOUSE).mkdir(parents=True)
+            catalog = open_catalog(root)
+            try:
+                catalog.create_namespace(NAMESPACE)
+                views: dict[str, str] = {}
+                for path in sorted(dataset.parquet_dir.glob("*.parquet")):
+                    data = pq.read_table(path)
+                    table = catalog.create_table((NAMESPACE, path.stem), schema=data.schema)
+                    if data.num_rows:
+                        table.append(data)
+                        table = catalog.load_table((NAMESPACE, path.stem))
+                    meta = quote_literal(_metadata_path(str(table.metadata_location)))
+                    views[path.stem] = f"SELECT * FROM iceberg_scan({meta})"
+            finally:
+                catalog.engine.dispose()
+            _build_views(root / CATALOG, views)
+            for path in root.rglob("*"):
+                if path.is_file():
+                    path.chmod(0o444)
+        except Exception as exc:
+            remove_folder(root)
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"iceberg store: provisioning {store_id} failed: {exc}") from exc
+        return ProvisionedIceberg(self.name, store_id, root, self.statement_timeout_s)
+
+
+def _build_views(db_path: Path, views: dict[str, str]) -> None:
+    """A DuckDB file of views over `iceberg_scan` (the extension must be loaded to create them)."""
+    conn = duckdb.connect(
+        str(db_path),
+        config={"autoload_known_extensions": "false", "autoinstall_known_extensions": "false"},
+    )
+    try:
+        load_extensions(conn, EXTENSIONS)
+        for name, select in sorted(views.items()):
+            conn.execute(f"CREATE VIEW {quote_ident(name)} AS {select}")
+        conn.execute("CHECKPOINT")
+    finally:
+        conn.close()
