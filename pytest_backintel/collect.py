@@ -97,7 +97,7 @@ class ScenarioItem(pytest.Function):
             parent,
             name=f"{scenario.id}[t{trial}]",
             callobj=_scenario_test,
-            originalname=scenario.id,
+
         )
         item.scenario, item.trial, item.scenario_sha = scenario, trial, sha
         for name in markers_for(scenario, backend):

@@ -115,6 +115,10 @@ class DatasetBinding(_Strict):
     """A registered dataset (e.g. `olist`): its generator, oracles and store files."""
     snapshot: str = Field(default="base", pattern=SLUG)
     """A named snapshot of the world (ambient replay binds a different one per scenario)."""
+    store: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]*(:[a-z0-9_:+-]+)?$")
+    """The store backend spec the scenario needs (e.g. `multi:postgres:olist_orders+sqlite:
+    olist_catalog` for cross-store questions, `lake-parquet` for scale); `--store` does not
+    override it. None: the run's `--store`."""
 
 
 class Scenario(_Strict):

@@ -250,9 +250,9 @@ Plant = DeliveryDelay | SellerCollapse | RepeatJump
 PLANTS: tuple[Plant, ...] = (
     DeliveryDelay(
         snapshot="delivery-2018-07-08",
-        purchased_from=datetime(2018, 6, 16),
+        purchased_from=datetime(2018, 6, 10),
         purchased_to=datetime(2018, 7, 1),
-        extra_days=9.0,
+        extra_days=8.0,
     ),
     RepeatJump(
         snapshot="repeat-2017q4", start=datetime(2017, 10, 1), end=datetime(2018, 1, 1), pairs=20

@@ -228,7 +228,40 @@ def _acceptance() -> World:
     return AcceptanceWorld()
 
 
-_REGISTRY: dict[str, Callable[[], World]] = {"olist": _olist, "acceptance-v1": _acceptance}
+def _olist_replay() -> World:
+    from scenarios.replay import OlistReplayWorld
+
+    return OlistReplayWorld()
+
+
+def _split(part: str) -> Callable[[], World]:
+    def factory() -> World:
+        from scenarios import split
+
+        return {
+            "olist-split": split.OlistSplitWorld,
+            "olist_orders": split.OlistOrdersWorld,
+            "olist_catalog": split.OlistCatalogWorld,
+        }[part]()
+
+    return factory
+
+
+def _tpch() -> World:
+    from scenarios.tpch import TpchWorld
+
+    return TpchWorld()
+
+
+_REGISTRY: dict[str, Callable[[], World]] = {
+    "olist": _olist,
+    "acceptance-v1": _acceptance,
+    "olist-replay": _olist_replay,
+    "olist-split": _split("olist-split"),
+    "olist_orders": _split("olist_orders"),
+    "olist_catalog": _split("olist_catalog"),
+    "tpch": _tpch,
+}
 
 
 def available_worlds() -> list[str]:

@@ -55,7 +55,7 @@ def open_catalog(root: Path) -> Any:
     return SqlCatalog(
         "backintel",
         uri=f"sqlite:///{root / ICEBERG_DB}",
-        warehouse=(root / WAREHOUSE).as_uri(),
+        warehouse=f"file://{root / WAREHOUSE}",  # not as_uri(): its %-escapes reach file paths
     )
 
 

@@ -11,12 +11,14 @@ ANSWERABLE = sorted(s.id for _, s in SCENARIOS.values() if s.answerable)
 UNANSWERABLE = sorted(s.id for _, s in SCENARIOS.values() if not s.answerable)
 
 
-def run_bench(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, list[dict]]:
+def run_bench(
+    pytester: pytest.Pytester, *args: str, run_id: str = "run"
+) -> tuple[pytest.RunResult, list[dict]]:
     results = pytester.path / "results"
     outcome = pytester.runpytest_subprocess(
         str(DEFINITIONS_DIR), "-m", "development", "--results-dir", str(results),
-        "--run-id", "run", "-p", "no:cacheprovider", *args)
-    records_file = results / "run" / "records.jsonl"
+        "--run-id", run_id, "-p", "no:cacheprovider", *args)
+    records_file = results / run_id / "records.jsonl"
     records = [json.loads(line) for line in records_file.read_text().splitlines()]
     return outcome, records
 
@@ -56,9 +58,9 @@ def test_calibration_analysts_fail_exactly_as_designed(
 
 
 def test_xdist_collects_the_same_items_with_the_same_outcomes(pytester: pytest.Pytester) -> None:
-    serial, serial_records = run_bench(pytester, "--analyst", "perturbed", "--run-id", "serial")
-    parallel, parallel_records = run_bench(pytester, "--analyst", "perturbed", "-n", "2",
-                                           "--run-id", "parallel")
+    _, serial_records = run_bench(pytester, "--analyst", "perturbed", run_id="serial")
+    _, parallel_records = run_bench(pytester, "--analyst", "perturbed", "-n", "2",
+                                    run_id="parallel")
     key = [(r["nodeid"], r["outcome"]) for r in serial_records]
     assert key == [(r["nodeid"], r["outcome"]) for r in parallel_records]
     assert {r["worker"] for r in parallel_records} == {"gw0", "gw1"}
@@ -69,6 +71,7 @@ def test_trials_multiply_items_with_stable_ids(pytester: pytest.Pytester) -> Non
                                            "--trials", "2", "--collect-only", "-q")
     ids = [line for line in result.stdout.lines if "::" in line]
     assert len(ids) == 2 * len(SCENARIOS)
+    assert len(set(ids)) == len(ids), "every trial has its own node id"
     assert ids == sorted(ids, key=lambda i: (i.split("::")[0], i))
 
 

@@ -526,6 +526,11 @@ def tamper(item: ProvisionedStore) -> None:
         return
     path = item.mount_path
     assert path is not None
+    if path.is_file() and path.suffix == ".duckdb":
+        path.chmod(0o644)
+        with duckdb.connect(str(path)) as conn:
+            conn.execute("DELETE FROM orders WHERE id = 1")
+        return
     if path.is_file():
         path.chmod(0o644)
         with sqlite3.connect(path) as conn:

@@ -245,8 +245,7 @@ def l3_delivery_days_2017_coverage(pq: Path) -> dict[str, Any]:
     o = delivered_in(pq, "2017-01-01", "2018-01-01")
     timed = o.filter(pl.col("order_delivered_customer_date").is_not_null()).with_columns(
         (
-            (_dt("order_delivered_customer_date") - pl.col("purchased")).dt.total_seconds()
-            / 86400
+            (_dt("order_delivered_customer_date") - pl.col("purchased")).dt.total_seconds() / 86400
         ).alias("days")
     )
     return {

@@ -35,8 +35,7 @@ def l5_monthly_delivery_report_2018_06(pq: Path) -> dict[str, Any]:
         "delivered_orders": june.height,
         "delivered_without_timestamp": june.height - timed.height,
         "mean_delivery_days": timed.select(days.mean()).item(),
-        "late_share": timed.filter(pl.col("delivered") > pl.col("estimated")).height
-        / timed.height,
+        "late_share": timed.filter(pl.col("delivered") > pl.col("estimated")).height / timed.height,
         "average_review_score": reviews["review_score"].mean(),
         "orders_without_review": timed.join(reviews, on="order_id", how="anti").height,
     }
