@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -20,8 +22,11 @@ from pytest_backintel.loading import (
     load_scenario_file,
     render_json_schema,
 )
+from pytest_backintel.manifests import find_manifest_case, manifest_reference
 
 __all__ = ["main"]
+
+ROOT = SCHEMA_PATH.parent.parent
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -72,11 +77,16 @@ def _score(args: argparse.Namespace) -> int:
     from stores.registry import load_store_class
 
     scenarios = find_scenarios()
-    if args.case not in scenarios:
-        print(f"unknown case {args.case!r}; known: {', '.join(sorted(scenarios))}",
-              file=sys.stderr)
+    manifest_case = None if args.case in scenarios else find_manifest_case(ROOT, args.case)
+    if args.case in scenarios:
+        scenario = scenarios[args.case][1]
+    elif manifest_case is not None:
+        scenario = manifest_case[1]
+    else:
+        close = difflib.get_close_matches(args.case, list(scenarios), n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        print(f"unknown case {args.case!r}.{hint}", file=sys.stderr)
         return 2
-    scenario = scenarios[args.case][1]
     try:
         output = parse_answer(Path(args.answer).read_bytes())
     except ValidationError as exc:
@@ -89,20 +99,33 @@ def _score(args: argparse.Namespace) -> int:
         backend.setup_session()
         store = backend.provision(files)
         try:
-            evidence = (reexecute(output, scenario, store)
-                        if isinstance(output, AnalystAnswer) else [])
+            evidence = (
+                reexecute(output, scenario, store) if isinstance(output, AnalystAnswer) else []
+            )
         finally:
             store.teardown()
             backend.teardown_session()
-    from scenarios.references import reference_for
+    if not scenario.answerable:
+        reference: Mapping[str, Any] = {}
+    elif manifest_case is not None:
+        reference = manifest_reference(manifest_case[0], scenario.id)
+    else:
+        from scenarios.references import reference_for
 
-    reference = reference_for(scenario, world.data_hash(files)) if scenario.answerable else {}
+        reference = reference_for(scenario, world.data_hash(files))
     score = score_answer(scenario, output, evidence, reference)
-    print(json.dumps({
-        "case": scenario.id, "outcome": score.outcome.value,
-        "reasons": [r.message for r in score.reasons],
-        "evidence": [e.to_json() for e in evidence],
-    }, indent=2, default=str))
+    print(
+        json.dumps(
+            {
+                "case": scenario.id,
+                "outcome": score.outcome.value,
+                "reasons": [r.message for r in score.reasons],
+                "evidence": [e.to_json() for e in evidence],
+            },
+            indent=2,
+            default=str,
+        )
+    )
     return 0 if score.outcome.passed else 1
 
 
@@ -120,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world", default="olist")
     p.set_defaults(func=_data_build)
     refs = sub.add_parser("references", help="evaluator-owned references").add_subparsers(
-        dest="refs_cmd", required=True)
+        dest="refs_cmd", required=True
+    )
     p = refs.add_parser("build", help="compute references with oracles, cross-check with SQL")
     p.add_argument("--check", action="store_true", help="verify without writing")
     p.set_defaults(func=_references_build)

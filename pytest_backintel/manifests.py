@@ -98,3 +98,13 @@ class ManifestFile(pytest.File):
         if isinstance(excinfo.value, ScenarioFileError | json.JSONDecodeError):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
+
+
+def find_manifest_case(root: Path, case_id: str) -> tuple[Path, Scenario] | None:
+    """The manifest and scenario of case `case_id` among the default manifests under `root`."""
+    for pattern in DEFAULT_MANIFESTS:
+        for path in sorted(root.glob(pattern)):
+            for case in _read(path)["cases"]:
+                if case.get("scenario", {}).get("id") == case_id:
+                    return path, Scenario.model_validate(case["scenario"])
+    return None

@@ -38,7 +38,7 @@ ANSWER = AnalystAnswer(
     method="Delivered orders purchased 2018-03-01 to before 2018-04-01 with a delivery time.",
     caveats=["Two delivered orders have no delivery timestamp and are excluded."],
 )
-GOOD = {
+GOOD: dict[str, Any] = {
     "states_populations_and_periods": 5,
     "discloses_coverage_and_caveats": 4,
     "descriptive_not_causal": 5,
@@ -46,7 +46,9 @@ GOOD = {
 }
 
 
-def verdict_model(verdicts: list[dict[str, Any]], seen: list[str]) -> FunctionModel:
+def verdict_model(
+    verdicts: list[dict[str, Any]], seen: list[str], name: str = "claude-judge"
+) -> FunctionModel:
     """A judge that answers with the given verdicts in turn, recording the prompts it saw."""
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -54,7 +56,7 @@ def verdict_model(verdicts: list[dict[str, Any]], seen: list[str]) -> FunctionMo
         args = verdicts[min(len(seen), len(verdicts)) - 1]
         return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, args)])
 
-    return FunctionModel(respond, model_name="claude-judge")
+    return FunctionModel(respond, model_name=name)
 
 
 @pytest.mark.parametrize(
@@ -153,7 +155,8 @@ def test_judge_returns_structured_uncalibrated_scores() -> None:
     record = score.to_json()
     assert record["calibrated"] is False
     assert set(CRITERIA) <= set(record)
-    assert "pass" not in record and "outcome" not in record
+    assert "pass" not in record
+    assert "outcome" not in record
 
 
 def test_judge_sees_the_narrative_but_no_values() -> None:
@@ -180,7 +183,8 @@ def test_out_of_range_scores_are_retried_then_rejected() -> None:
     seen: list[str] = []
     bad = {**GOOD, "descriptive_not_causal": 7}
     score = judge_narrative(QUESTION, ANSWER, verdict_model([bad, GOOD], seen))
-    assert len(seen) == 2 and score.descriptive_not_causal == 5
+    assert len(seen) == 2
+    assert score.descriptive_not_causal == 5
     with pytest.raises(JudgeError, match="function:claude-judge"):
         judge_narrative(QUESTION, ANSWER, verdict_model([bad], []))
 
@@ -197,7 +201,7 @@ def test_same_family_judge_is_refused_before_any_request() -> None:
     seen: list[str] = []
     with pytest.raises(JudgeFamilyError):
         judge_narrative(QUESTION, ANSWER, "openai:gpt-5.1", analyst_model="openai:gpt-4o")
-    gpt_judge = FunctionModel(verdict_model([GOOD], seen).function, model_name="gpt-judge")
+    gpt_judge = verdict_model([GOOD], seen, name="gpt-judge")
     with pytest.raises(JudgeFamilyError):
         judge_narrative(QUESTION, ANSWER, gpt_judge, analyst_model="azure:gpt-4o")
     assert seen == []

@@ -3,7 +3,6 @@ the level-6 scenarios' alerts fire exactly where a plant is declared."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -57,8 +56,13 @@ def unplanted() -> Tables:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, DatasetFiles]]:
-    yield build_replay(tmp_path_factory.mktemp("replay-a"))
+def replay_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("replay")
+
+
+@pytest.fixture(scope="module")
+def built(replay_root: Path) -> dict[str, DatasetFiles]:
+    return build_replay(replay_root)
 
 
 @pytest.fixture(scope="module")
@@ -186,11 +190,13 @@ def test_two_builds_give_the_same_hashes_and_match_the_references(
         assert load_references(references_path("olist-replay", name)).data_hash == digest
 
 
-def test_a_built_snapshot_is_reused_not_rebuilt(built: dict[str, DatasetFiles]) -> None:
+def test_a_built_snapshot_is_reused_not_rebuilt(
+    built: dict[str, DatasetFiles], replay_root: Path
+) -> None:
     files = built["repeat-2017q3"]
     assert files.sqlite_path is not None
     before = files.sqlite_path.stat().st_mtime_ns
-    again = OlistReplayWorld().ensure_built(files.parquet_dir.parents[2].parent, "repeat-2017q3")
+    again = OlistReplayWorld().ensure_built(replay_root, "repeat-2017q3")
     assert again.sqlite_path == files.sqlite_path
     assert files.sqlite_path.stat().st_mtime_ns == before
 
@@ -205,9 +211,8 @@ def test_the_world_is_registered_with_one_snapshot_per_cutoff(tmp_path: Path) ->
         snapshot_named("weekly-2018-w99")
 
 
-def test_references_are_up_to_date(built: dict[str, DatasetFiles]) -> None:
-    data_root = next(iter(built.values())).parquet_dir.parents[3]
-    build_all(write=False, definitions=LEVEL6, data_root=data_root)
+def test_references_are_up_to_date(built: dict[str, DatasetFiles], replay_root: Path) -> None:
+    build_all(write=False, definitions=LEVEL6, data_root=replay_root)
 
 
 # -- plants -------------------------------------------------------------------------------------
@@ -247,7 +252,7 @@ def test_the_diff_check_rejects_an_undeclared_change(unplanted: Tables) -> None:
 
 def _alert(tables: Tables, snap: str, tmp: Path) -> int:
     folder = tmp / snap
-    folder.mkdir()
+    folder.mkdir(parents=True)
     for name, df in as_of(tables, snapshot_named(snap).cutoff).items():
         df.write_parquet(folder / f"{name}.parquet")
     values = ORACLES[f"l6_{snap.replace('-', '_')}"](folder)
@@ -282,7 +287,9 @@ def test_alerts_fire_exactly_at_the_declared_snapshots(scenarios: list[Scenario]
 def test_delayed_deliveries_are_pending_at_the_first_cutoff(world: OlistReplayWorld) -> None:
     first = as_of(world.truth, snapshot_named("delivery-2018-07-01").cutoff)["orders"]
     follow = as_of(world.truth, snapshot_named("delivery-2018-07-08").cutoff)["orders"]
-    june = pl.col("order_purchase_timestamp").is_between("2018-06-10", "2018-07-01", closed="left")
+    june = pl.col("order_purchase_timestamp").is_between(
+        pl.lit("2018-06-10"), pl.lit("2018-07-01"), closed="left"
+    )
     delivered = pl.col("order_status") == "delivered"
     assert first.filter(june & delivered).height < follow.filter(june & delivered).height
 

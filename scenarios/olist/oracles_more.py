@@ -100,7 +100,8 @@ def l1_products_missing_attributes(pq: Path) -> dict[str, Any]:
 def l1_purchase_span(pq: Path) -> dict[str, Any]:
     purchased = _orders(pq)["purchased"]
     first, last = purchased.min(), purchased.max()
-    assert isinstance(first, datetime) and isinstance(last, datetime)
+    assert isinstance(first, datetime)
+    assert isinstance(last, datetime)
     return {
         "first_purchase_timestamp": first.strftime(FMT),
         "last_purchase_timestamp": last.strftime(FMT),

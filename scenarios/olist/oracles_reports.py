@@ -97,7 +97,7 @@ def l5_seller_report_2017(pq: Path) -> dict[str, Any]:
         "active_sellers": per.height,
         "item_revenue": revenue,
         "mean_revenue_per_seller": revenue / per.height,
-        "top_seller_revenue_share": per["revenue"].max() / revenue,
+        "top_seller_revenue_share": per.select(pl.col("revenue").max()).item() / revenue,
         "sellers_with_10_orders": per.filter(pl.col("orders") >= 10).height,
     }
 

@@ -1,0 +1,69 @@
+"""`backintel score` scores a hand-written answer as a trial would; `schema --check` guards."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_backintel.cli import main
+
+DELIVERED_SQL = ("SELECT SUM(CASE WHEN order_status = 'delivered' THEN 1 ELSE 0 END) "
+                 "AS delivered_orders FROM orders")
+
+
+def answer(tmp_path: Path, value: object, code: str = DELIVERED_SQL) -> Path:
+    path = tmp_path / "answer.json"
+    path.write_text(json.dumps({
+        "status": "answered",
+        "metrics": [{"name": "delivered_orders", "value": value, "unit": "orders"}],
+        "evidence": [{"id": "e1", "kind": "sql", "code": code, "metrics": ["delivered_orders"]}],
+    }))
+    return path
+
+
+def score(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = main(["score", *args])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else {}
+
+
+def test_a_right_answer_passes_and_a_wrong_one_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scenarios.references import REFERENCES_DIR
+
+    refs = json.loads((REFERENCES_DIR / "olist.json").read_text())["references"]
+    truth = refs["l1-delivered-orders"]["values"]["delivered_orders"]
+    code, result = score(capsys, "--case", "l1-delivered-orders", str(answer(tmp_path, truth)))
+    assert (code, result["outcome"]) == (0, "pass")
+    code, result = score(capsys, "--case", "l1-delivered-orders",
+                         str(answer(tmp_path, truth + 1)))
+    assert (code, result["outcome"]) == (1, "wrong_value")
+    code, result = score(capsys, "--case", "l1-delivered-orders",
+                         str(answer(tmp_path, truth, "SELECT 1 AS delivered_orders")))
+    assert (code, result["outcome"]) == (1, "unsupported_evidence")
+
+
+def test_acceptance_cases_are_scored_against_their_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "refusal.json"
+    path.write_text(json.dumps({"status": "refused", "missing": ["the data"],
+                                "explanation": "cannot"}))
+    code, result = score(capsys, "--case", "acc-dev-signed-revenue", str(path))
+    assert (code, result["outcome"]) == (1, "false_refusal")
+
+
+def test_unknown_cases_and_malformed_answers_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["score", "--case", "l1-delivered-order", str(answer(tmp_path, 1))]) == 2
+    assert "Did you mean l1-delivered-orders" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"status": "answered", "metrics": [{"name": "x", "value": "12 BRL"}]}')
+    assert main(["score", "--case", "l1-delivered-orders", str(bad)]) == 2
+    assert "not a contract answer" in capsys.readouterr().err
+
+
+def test_schema_check_passes_on_the_committed_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "--check"]) == 0
