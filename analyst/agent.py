@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 from collections.abc import Callable, Coroutine, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,7 +24,9 @@ from pydantic_ai.messages import (
     ModelResponse,
     ToolCallPart,
 )
-from pydantic_ai.models import Model, infer_model
+from pydantic_ai.models import Model, ModelRequestParameters, infer_model
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from analyst.tools import AnalystDeps, analyst_tools, skill_catalog
@@ -42,6 +46,7 @@ __all__ = [
     "PROMPT_PATH",
     "AnalystAgent",
     "ModelAnalyst",
+    "PricedModel",
     "build_agent",
     "build_instructions",
     "check_contract",
@@ -111,6 +116,7 @@ def usage_limits(limits: AnalystLimits) -> UsageLimits:
         request_limit=limits.max_requests,
         tool_calls_limit=limits.max_tool_calls,
         total_tokens_limit=limits.max_tokens,
+        cost_limit=None if limits.max_cost_usd is None else Decimal(str(limits.max_cost_usd)),
     )
 
 
@@ -175,7 +181,14 @@ async def _run(
                     f"after {len(messages)} messages"
                 ) from exc
             except UsageLimitExceeded as exc:
-                raise BudgetExceeded(f"usage limit reached: {exc}") from exc
+                partial = AnalystRun(
+                    output=None,
+                    usage=_usage_from_messages(messages),
+                    messages=dump_messages(messages),
+                    tool_calls=_tool_calls(messages),
+                    error=f"usage limit reached: {exc}",
+                )
+                raise BudgetExceeded(f"usage limit reached: {exc}", run=partial) from exc
             except UnexpectedModelBehavior as exc:
                 return AnalystRun(
                     output=None,
@@ -202,7 +215,8 @@ def _run_blocking(make_coro: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
     except RuntimeError:
         return asyncio.run(make_coro())
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, make_coro()).result()
+        context = contextvars.copy_context()  # keeps the caller's trace span current
+        return pool.submit(context.run, asyncio.run, make_coro()).result()
 
 
 def run_agent(
@@ -220,6 +234,35 @@ def _model_label(model: Model | str) -> str:
     return model if isinstance(model, str) else f"{model.system}:{model.model_name}"
 
 
+class PricedModel(WrapperModel):
+    """Sets each response's `usage.cost` from a price in USD per million tokens, so Pydantic
+    AI's `cost_limit` counts with the same prices as the run records."""
+
+    def __init__(self, wrapped: Model, input_usd: float, output_usd: float) -> None:
+        super().__init__(wrapped)
+        self.input_usd, self.output_usd = input_usd, output_usd
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        response = await super().request(messages, model_settings, model_request_parameters)
+        usage = response.usage
+        usd = usage.input_tokens * self.input_usd + usage.output_tokens * self.output_usd
+        usage.cost = Decimal(str(usd / 1_000_000))
+        return response
+
+
+def _priced(model: Model, name: str) -> Model:
+    """`model` priced from `reports/prices.json` by `name`; unpriced when the table lacks it."""
+    from reports.prices import load_prices
+
+    price = load_prices().price_for(name)
+    return model if price is None else PricedModel(model, price.input, price.output)
+
+
 class ModelAnalyst:
     """The analyst under test when a real model drives the agent."""
 
@@ -233,6 +276,6 @@ class ModelAnalyst:
 
     def answer(self, task: AnalystTask) -> AnalystRun:
         if self._resolved is None:  # once, on first use: a model string needs its provider's key
-            self._resolved = infer_model(self.model)
+            self._resolved = _priced(infer_model(self.model), self.name)
         resolved = self._resolved
         return run_agent(self._agent, task, lambda _deps: resolved)

@@ -39,6 +39,8 @@ class AnalystLimits:
     max_tool_calls: int = 60
     max_tokens: int | None = 400_000
     wall_time_s: float = 600.0
+    max_cost_usd: float | None = None
+    """USD per trial, priced from `reports/prices.json` (None: no cost limit)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class AnalystTask:
     run_python: Callable[[str], str] | None = None
     """Runs code in this item's sandbox (store read-only at $BACKINTEL_STORE, files persist
     between calls) and returns its output as text; None when the item has no sandbox."""
+    case_key: str | None = None
+    """`<scenario-id>/t<trial>`: names the trial, for analysts that replay recorded runs."""
 
 
 @dataclass
@@ -115,7 +119,12 @@ class InfraError(Exception):
 
 
 class BudgetExceeded(Exception):
-    """A usage limit (requests, tool calls, tokens) stopped the analyst."""
+    """A usage limit (requests, tool calls, tokens, cost) stopped the analyst."""
+
+    def __init__(self, message: str, *, run: AnalystRun | None = None) -> None:
+        super().__init__(message)
+        self.run = run
+        """What the analyst did before the limit stopped it (usage, messages), if known."""
 
 
 class AnalystTimeout(Exception):

@@ -58,8 +58,43 @@ def _data_build(args: argparse.Namespace) -> int:
     from scenarios.worlds import data_dir, get_world
 
     world = get_world(args.world)
-    files = world.ensure_built(data_dir())
+    files = world.ensure_built(data_dir(), snapshot=args.snapshot)
     print(f"{args.world}: {files.parquet_dir} (data hash {world.data_hash(files)})")
+    return 0
+
+
+def _data_olist(args: argparse.Namespace) -> int:
+    """Verify the public Olist CSV release against pinned checksums, then load it."""
+    from scenarios.olist.real import OlistSourceError, load_real_olist, record_checksums
+    from scenarios.worlds import data_dir
+
+    src = Path(args.source)
+    try:
+        if args.record_checksums:
+            digests = record_checksums(src)
+            print(f"recorded {len(digests)} checksums; commit scenarios/olist/olist-release.sha256")
+            return 0
+        files = load_real_olist(src, data_dir())
+    except (OlistSourceError, ValueError) as exc:
+        print(f"backintel data olist: {exc}", file=sys.stderr)
+        return 2
+    print(f"olist-real: {files.parquet_dir} (run with BACKINTEL_OLIST_SOURCE=real)")
+    return 0
+
+
+def _replay_build(args: argparse.Namespace) -> int:
+    from scenarios.replay import build_replay
+
+    for name, files in sorted(build_replay().items()):
+        print(f"olist-replay/{name}: {files.parquet_dir}")
+    return 0
+
+
+def _split_build(args: argparse.Namespace) -> int:
+    from scenarios.split import build_split
+
+    files = build_split()
+    print(f"olist-split: {files.parquet_dir}")
     return 0
 
 
@@ -141,7 +176,24 @@ def build_parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
     p = data.add_parser("build", help="generate a world's Parquet and SQLite files")
     p.add_argument("--world", default="olist")
+    p.add_argument("--snapshot", default="base", help="a named snapshot (e.g. tpch: sf1)")
     p.set_defaults(func=_data_build)
+    p = data.add_parser("olist", help="verify and load the public Olist CSV release")
+    p.add_argument("--from", dest="source", required=True, help="folder with the release CSVs")
+    p.add_argument(
+        "--record-checksums",
+        action="store_true",
+        help="pin the checksums of the files in --from (maintainers only)",
+    )
+    p.set_defaults(func=_data_olist)
+    p = sub.add_parser("replay", help="ambient replay snapshots (level 6)")
+    p.add_subparsers(dest="replay_cmd", required=True).add_parser(
+        "build", help="write the Olist review snapshots"
+    ).set_defaults(func=_replay_build)
+    p = sub.add_parser("split", help="the cross-store split of Olist (level 4)")
+    p.add_subparsers(dest="split_cmd", required=True).add_parser(
+        "build", help="split Olist into olist_orders and olist_catalog"
+    ).set_defaults(func=_split_build)
     refs = sub.add_parser("references", help="evaluator-owned references").add_subparsers(
         dest="refs_cmd", required=True
     )

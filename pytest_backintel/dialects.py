@@ -30,6 +30,16 @@ def _rewrite_dates(node: exp.Expr, dialect: str) -> exp.Expr:
     return sqlglot.parse_one(text, read=dialect)
 
 
+def _rewrite_epoch_format(node: exp.Expr, dialect: str) -> exp.Expr:
+    """`strftime('%s', x)`, SQLite's seconds since the epoch, as the target's epoch."""
+    fmt = node.args.get("format") if isinstance(node, exp.TimeToStr) else None
+    if not (isinstance(fmt, exp.Literal) and fmt.this == "%s"):
+        return node
+    inner = node.this.this if isinstance(node.this, exp.TsOrDsToTimestamp) else node.this
+    epoch = _EPOCH_SQL[dialect].format(arg=inner.sql(dialect=dialect))
+    return sqlglot.parse_one(f"CAST({epoch} AS BIGINT)", read=dialect)
+
+
 def _round_numeric(node: exp.Expression) -> exp.Expression:
     """PostgreSQL rounds to a number of places only on NUMERIC."""
     if isinstance(node, exp.Round) and node.args.get("decimals") is not None:
@@ -37,11 +47,11 @@ def _round_numeric(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _sum_of_predicates(node: exp.Expression) -> exp.Expression:
-    """SQLite sums and averages truth values as 0/1; PostgreSQL needs them spelled out."""
-    if isinstance(node, exp.Sum | exp.Avg) and isinstance(
-        node.this, exp.Predicate | exp.Connector | exp.Not
-    ):
+def _truth_values(node: exp.Expression) -> exp.Expression:
+    """SQLite's truth values are the integers 0 and 1 wherever they are used as values (summed,
+    averaged, selected); the others have booleans, so the integers are spelled out."""
+    predicate = exp.Predicate | exp.Connector | exp.Not
+    if isinstance(node, exp.Sum | exp.Avg | exp.Alias) and isinstance(node.this, predicate):
         case = exp.Case(
             ifs=[exp.If(this=node.this.copy(), true=exp.Literal.number(1))],
             default=exp.Literal.number(0),
@@ -66,7 +76,8 @@ def translate(sql: str, dialect: str) -> str:
         raise ValueError(f"no SQL translation to {dialect!r}; known: sqlite, duckdb, postgres")
     tree = sqlglot.parse_one(sql, read=SOURCE_DIALECT)
     tree = tree.transform(lambda node: _rewrite_dates(node, dialect))
+    tree = tree.transform(lambda node: _rewrite_epoch_format(node, dialect))
+    tree = tree.transform(_truth_values)
     if dialect == "postgres":
-        tree = tree.transform(_round_numeric).transform(_sum_of_predicates)
-        tree = _alias_subqueries(tree)
+        tree = _alias_subqueries(tree.transform(_round_numeric))
     return tree.sql(dialect=dialect)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from pytest_backintel.analyst_api import AnalystLimits
+from pytest_backintel.budget import RunLimits
 from pytest_backintel.sandbox.registry import default_sandbox
 
 __all__ = ["BenchOptions", "add_options", "read_options"]
@@ -30,6 +31,10 @@ class BenchOptions:
     freeze: bool
     sandbox: str
     freeze_plan: str | None
+    run_limits: RunLimits = field(default_factory=RunLimits)
+    """Budgets for the whole run (`--run-max-requests`, `--run-max-tokens`, `--run-max-cost`)."""
+    record: bool = False
+    """`--record`: keep each trial's message history as a cassette for `replay:DIR`."""
 
 
 def positive_int(value: str) -> int:
@@ -52,14 +57,30 @@ def positive_float(value: str) -> float:
     return number
 
 
+def positive_usd(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not 0 < number < float("inf"):
+        raise pytest.UsageError(f"expected a positive amount of USD, got {value!r}")
+    return number
+
+
 def analyst_spec(value: str) -> str:
+    if value.startswith("replay:"):
+        if not value.removeprefix("replay:"):
+            raise pytest.UsageError(
+                f"--analyst {value!r}: give the recorded run folder, as in replay:results/<run-id>"
+            )
+        return value
     ok = value in (*CALIBRATION_ANALYSTS, "model") or (
         ":" in value and all(part for part in value.split(":", 1))
     )
     if not ok:
         raise pytest.UsageError(
             f"--analyst {value!r} is not an analyst: use one of "
-            f"{', '.join(CALIBRATION_ANALYSTS)}, model, or pkg.module:callable"
+            f"{', '.join(CALIBRATION_ANALYSTS)}, model, replay:DIR, or pkg.module:callable"
         )
     return value
 
@@ -71,7 +92,8 @@ def add_options(parser: pytest.Parser) -> None:
         type=analyst_spec,
         default=None,
         help="analyst under test: reference (default without a model), refuse-all, "
-        "perturbed, unsupported, model, or pkg.module:callable",
+        "perturbed, unsupported, model, replay:DIR (a run recorded with --record), "
+        "or pkg.module:callable",
     )
     group.addoption(
         "--model",
@@ -98,6 +120,16 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--max-tokens", type=positive_int, default=400_000, help="tokens per trial")
     group.addoption(
         "--analyst-timeout", type=positive_float, default=600.0, help="wall-clock seconds per trial"
+    )
+    group.addoption("--max-cost", type=positive_usd, default=None, help="USD per trial")
+    group.addoption("--run-max-requests", type=positive_int, default=None, help="requests per run")
+    group.addoption("--run-max-tokens", type=positive_int, default=None, help="tokens per run")
+    group.addoption("--run-max-cost", type=positive_usd, default=None, help="USD per run")
+    group.addoption(
+        "--record",
+        action="store_true",
+        default=False,
+        help="store each trial's message history in <run>/cassettes for --analyst replay:DIR",
     )
     group.addoption(
         "--freeze",
@@ -137,8 +169,15 @@ def read_options(config: pytest.Config) -> BenchOptions:
             max_tool_calls=config.getoption("--max-tool-calls"),
             max_tokens=config.getoption("--max-tokens"),
             wall_time_s=config.getoption("--analyst-timeout"),
+            max_cost_usd=config.getoption("--max-cost"),
         ),
         freeze=config.getoption("--freeze"),
         sandbox=config.getoption("--sandbox") or default_sandbox(),
         freeze_plan=config.getoption("--freeze-plan"),
+        run_limits=RunLimits(
+            max_requests=config.getoption("--run-max-requests"),
+            max_tokens=config.getoption("--run-max-tokens"),
+            max_cost_usd=config.getoption("--run-max-cost"),
+        ),
+        record=config.getoption("--record"),
     )

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_backintel.collect import ScenarioFile, ScenarioItem, is_scenario_file
+from pytest_backintel.html_report import HtmlReport, header_lines, summary_lines
 from pytest_backintel.item_python import ItemPython
 from pytest_backintel.manifests import ManifestFile, is_manifest
 from pytest_backintel.options import add_options
@@ -45,7 +46,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
-    config.stash[SESSION_KEY] = BenchSession(config)
+    bench = config.stash[SESSION_KEY] = BenchSession(config)
+    if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):
+        report = HtmlReport(bench.run_dir / "traces.jsonl", config.getoption("htmlpath"))
+        config.pluginmanager.register(report, "backintel-html")
 
 
 def pytest_configure_node(node: Any) -> None:
@@ -71,7 +75,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return config.stash[SESSION_KEY].header_lines()
+    bench = config.stash[SESSION_KEY]
+    return header_lines(bench.options, bench.run_dir, bench.sandbox_description())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -79,7 +84,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    for line in terminalreporter.config.stash[SESSION_KEY].summary_lines():
+    bench = terminalreporter.config.stash[SESSION_KEY]
+    for line in summary_lines(bench.outcomes, bench.run_dir):
         terminalreporter.write_line(line)
 
 

@@ -8,13 +8,15 @@ import os
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_backintel import __version__
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
-from pytest_backintel.analysts import AnalystLoadError, load_analyst
+from pytest_backintel.analysts import AnalystLoadError, analyst_label, load_analyst, spec_kind
+from pytest_backintel.budget import RunBudget
+from pytest_backintel.cassettes import case_key, write_cassette
 from pytest_backintel.collect import ScenarioFailure, ScenarioItem
 from pytest_backintel.freeze import (
     FreezeError,
@@ -24,6 +26,7 @@ from pytest_backintel.freeze import (
     register_run,
     verify_lock,
 )
+from pytest_backintel.html_report import RECORD_KEY, junit_properties
 from pytest_backintel.item_python import ItemPython
 from pytest_backintel.manifests import manifest_reference
 from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, read_options
@@ -49,9 +52,10 @@ from pytest_backintel.trial import run_trial
 from stores.base import DatasetFiles, ProvisionedStore, Store
 from stores.registry import load_store_class
 
-__all__ = ["SESSION_KEY", "BenchSession"]
+if TYPE_CHECKING:
+    from pytest_backintel.tracing import Tracing
 
-CALIBRATION_LABEL = "calibration analyst: measures the harness, not a model"
+__all__ = ["SESSION_KEY", "BenchSession"]
 
 
 class BenchSession:
@@ -73,6 +77,8 @@ class BenchSession:
         self._analyst: Analyst | None = None
         self._store: Store | None = None
         self._sandboxes: SandboxProvider | None = None
+        self._tracing: Tracing | None = None
+        self.budget = RunBudget(self.run_dir, self.options.run_limits)
         self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
         self.reserved_cases: dict[str, set[str]] = {}
         """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
@@ -112,6 +118,14 @@ class BenchSession:
             self._sandboxes = provider
         return self._sandboxes
 
+    @property
+    def tracing(self) -> Tracing:
+        """Offline traces of this process's trials (instruments agents on first trial)."""
+        from pytest_backintel.tracing import Tracing
+
+        self._tracing = self._tracing or Tracing(self.run_dir, self.worker)
+        return self._tracing
+
     def item_python(self, store: ProvisionedStore) -> ItemPython | None:
         """Python for the item, when its store lives on disk for a sandbox to mount."""
         if store.mount_path is None:
@@ -146,9 +160,13 @@ class BenchSession:
         """Evaluator-owned reference values; called only after the analyst has answered."""
         if item.manifest is not None:
             return manifest_reference(item.manifest, item.scenario.id)
-        from scenarios.references import reference_for
+        from scenarios.references import computed_reference, reference_for
+        from scenarios.worlds import get_world
 
-        _files, data_hash = self.dataset(item.scenario)
+        files, data_hash = self.dataset(item.scenario)
+        world = get_world(item.scenario.dataset.world)
+        if world.name != item.scenario.dataset.world:  # e.g. `olist` served by the real release
+            return computed_reference(item.scenario, world, files)
         return reference_for(item.scenario, data_hash)
 
     # -- terminal ---------------------------------------------------------------------------
@@ -158,28 +176,6 @@ class BenchSession:
         except UnknownSandboxError as exc:
             raise pytest.UsageError(str(exc)) from exc
         return {"backend": self.options.sandbox, "unsafe": cls.unsafe, "warning": cls.warning}
-
-    def header_lines(self) -> list[str]:
-        opts = self.options
-        who = opts.model if opts.analyst == "model" else opts.analyst
-        lines = [
-            f"backintel: analyst {who}"
-            + (f" ({CALIBRATION_LABEL})" if opts.analyst in CALIBRATION_ANALYSTS else ""),
-            f"backintel: store {opts.store}, trials {opts.trials}, run {self.run_dir}",
-        ]
-        if opts.analyst == "reference" and not opts.model:
-            lines[0] += "; no model configured (--model or BACKINTEL_MODEL)"
-        sandbox = self.sandbox_description()
-        lines.append(f"backintel: sandbox {sandbox['backend']}")
-        if sandbox["unsafe"]:
-            lines.append(f"backintel: WARNING: UNSAFE SANDBOX: {sandbox['warning']}")
-        return lines
-
-    def summary_lines(self) -> list[str]:
-        if not self.outcomes:
-            return []
-        counts = ", ".join(f"{n} {o}" for o, n in sorted(self.outcomes.items()))
-        return [f"backintel: {counts}", f"backintel: records in {self.run_dir}"]
 
     def prepare_items(self, items: list[pytest.Item]) -> None:
         """Fail fast on a bad analyst; keep reserved scenarios out of unfrozen runs."""
@@ -216,19 +212,28 @@ class BenchSession:
     def run_item(
         self, item: ScenarioItem, store: ProvisionedStore, python: ItemPython | None
     ) -> None:
-        """Run one trial, write its record, attach JUnit properties, fail unless it passed."""
-        result = run_trial(
-            item.scenario,
-            item.trial,
-            store,
-            self.analyst,
-            self.options.limits,
-            lambda _scenario: self.reference(item),
-            python=python,
-            dialect=self.store.dialect,
-            verify_data=lambda: self.verify_data(item.scenario),
-        )
-        self.write_record(item, result.score.outcome.value, result.to_record())
+        """Run one trial in its trace span (unless the run budget is spent), write its record
+        and cassette, attach JUnit properties, fail unless it passed."""
+        key, scenario = case_key(item.scenario.id, item.trial), item.scenario
+        with self.tracing.trial(item.nodeid, key) as span:
+            result = self.budget.gate(scenario, item.trial, store.display_id) or run_trial(
+                scenario,
+                item.trial,
+                store,
+                self.analyst,
+                self.budget.cap(self.options.limits),
+                lambda _scenario: self.reference(item),
+                python=python,
+                dialect=self.store.dialect,
+                verify_data=lambda: self.verify_data(scenario),
+                case_key=key,
+            )
+            span.finish(result.score.outcome.value)
+        cost = self.budget.settle(self.analyst.kind, self.options.model, result.run)
+        if self.options.record:
+            write_cassette(self.run_dir, key, result.run)
+        extra = {"trace_id": span.trace_id, "cost_usd": cost, "case_key": key}
+        self.write_record(item, result.score.outcome.value, result.to_record() | extra)
         if result.score.outcome is Outcome.NOT_RUN:
             pytest.skip("not run")
         if not result.score.outcome.passed:
@@ -261,21 +266,13 @@ class BenchSession:
             },
             "model": self.options.model,
             "outcome": outcome,
+            "trace_id": None,
+            "cost_usd": None,
         } | body
         self.writer.write(record)
         self.outcomes[outcome] += 1
-        reasons = "; ".join(r["message"] for r in record.get("reasons", []))
-        item.user_properties += [
-            ("outcome", outcome),
-            ("reasons", reasons),
-            ("family", scenario.family),
-            ("split", scenario.split.value),
-            ("level", str(scenario.level)),
-            ("store", record.get("store", self.options.store)),
-            ("analyst", record["analyst"]["name"]),
-            ("model", self.options.model or ""),
-            ("trial", str(item.trial)),
-        ]
+        item.user_properties += junit_properties(record)
+        item.stash[RECORD_KEY] = record
 
     def record_infra_error(self, item: ScenarioItem, exc: BaseException) -> None:
         """A store or harness failure before the analyst ran: recorded, then re-raised."""
@@ -306,7 +303,8 @@ class BenchSession:
             "analyst": {
                 "spec": opts.analyst,
                 "calibration": calibration,
-                "label": CALIBRATION_LABEL if calibration else "model under test",
+                "kind": spec_kind(opts.analyst),
+                "label": analyst_label(opts.analyst) or "model under test",
             },
             "model": opts.model,
             "model_base_url": opts.model_base_url,
@@ -314,6 +312,8 @@ class BenchSession:
             "sandbox": self.sandbox_description(),
             "trials": opts.trials,
             "limits": vars(opts.limits) | {},
+            "run_limits": vars(opts.run_limits) | {},
+            "record": opts.record,
             "freeze": None,
             "git": git_state(self.root),
             "method_hash": self.method_hash(),
@@ -351,15 +351,20 @@ class BenchSession:
             except FreezeError as exc:
                 raise pytest.UsageError(str(exc)) from exc
         write_json(self.run_dir / "run.json", header)
+        self.budget.reset()
 
     def finish(self, exitstatus: int) -> None:
         self.writer.close()
+        if self._tracing is not None:
+            self._tracing.close()
         if self._store is not None:
             self._store.teardown_session()
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
         if not self.is_controller:
             return
+        from pytest_backintel.tracing import merge_traces
+
         records = merge_parts(self.run_dir) if (self.run_dir / "parts").exists() else []
         header = self.run_header() | _read_json(self.run_dir / "run.json")
         scen = sorted({f"{r['scenario_id']}@{r.get('scenario_sha', '')}" for r in records})
@@ -374,6 +379,8 @@ class BenchSession:
                 "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
                 "trials_recorded": len(records),
                 "freeze_check": verify_lock(self.run_dir),
+                "spans": merge_traces(self.run_dir),
+                "budget_spent": self.budget.totals() if self.budget.limits.active else None,
             }
         )
         write_json(self.run_dir / "run.json", header)

@@ -99,7 +99,7 @@ def _ask(analyst: Analyst, task: AnalystTask) -> tuple[AnalystRun | None, Reason
     try:
         run = analyst.answer(task)
     except BudgetExceeded as exc:
-        return None, Reason(Outcome.BUDGET_EXCEEDED, f"usage limit reached: {exc}")
+        return exc.run, Reason(Outcome.BUDGET_EXCEEDED, f"usage limit reached: {exc}")
     except AnalystTimeout as exc:
         return None, Reason(Outcome.TIMEOUT, f"wall-clock limit reached: {exc}")
     except (StoreError, InfraError) as exc:
@@ -125,6 +125,7 @@ def run_trial(
     python: ItemPythonLike | None = None,
     dialect: str = SOURCE_DIALECT,
     verify_data: Callable[[], list[str]] = list,
+    case_key: str | None = None,
 ) -> TrialResult:
     """Run one trial. The reference is loaded only after the analyst has answered; the
     dataset's pinned files (`verify_data`) are checked before and after."""
@@ -145,6 +146,7 @@ def run_trial(
         limits=limits,
         calibration=calibration_key(scenario, dialect) if analyst.kind == "calibration" else None,
         run_python=python.run if python is not None else None,
+        case_key=case_key,
     )
     started = time.perf_counter()
     run, failure = _ask(analyst, task)

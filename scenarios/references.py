@@ -311,3 +311,15 @@ def build_all(
         )
         built[path.name] = doc
     return built
+
+
+def computed_reference(scenario: Scenario, world: World, files: DatasetFiles) -> Mapping[str, Any]:
+    """References computed now, for data that has no committed references (the real Olist
+    release a user loaded): the oracle's values, cross-checked by the check query as at build
+    time. Called only after the analyst has answered."""
+    if not scenario.answerable:
+        return {}
+    rebound = scenario.model_copy(
+        update={"dataset": scenario.dataset.model_copy(update={"world": world.name})}
+    )
+    return _values(rebound, world, files)

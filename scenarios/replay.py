@@ -33,7 +33,8 @@ import polars as pl
 
 from scenarios.olist.generator import OlistConfig, generate
 from scenarios.olist.world import GENERATOR_MODULES, OlistWorld
-from scenarios.worlds import Oracle, World, data_dir
+from scenarios.worlds import Oracle, World
+from scenarios.worlds import data_dir as default_data_dir
 from stores.base import DatasetFiles
 
 __all__ = [
@@ -41,9 +42,14 @@ __all__ = [
     "PLANTS",
     "REPLAY_VERSION",
     "SNAPSHOTS",
+    "DeliveryDelay",
     "OlistReplayWorld",
+    "Plant",
+    "RepeatJump",
     "Review",
+    "SellerCollapse",
     "Snapshot",
+    "Tables",
     "as_of",
     "build_replay",
     "plant",
@@ -66,10 +72,6 @@ class Snapshot:
     review: Review
     cutoff: datetime
     """Everything observed strictly before this instant is in the snapshot, nothing else."""
-
-    @property
-    def cutoff_text(self) -> str:
-        return self.cutoff.strftime(FMT)
 
 
 SNAPSHOTS: tuple[Snapshot, ...] = (
@@ -338,7 +340,10 @@ def plant(base: Tables, plants: tuple[Plant, ...] = PLANTS) -> Tables:
 
 
 class OlistReplayWorld(World):
-    """The planted Olist world cut off at each declared snapshot."""
+    """The planted Olist world cut off at each declared snapshot.
+
+    The plants are tuned to the default Olist config (not BACKINTEL_OLIST_ORDERS); another
+    config is for tests of the mechanics only, its alerts are not guaranteed."""
 
     name = "olist-replay"
     snapshots: ClassVar[tuple[str, ...]] = tuple(s.name for s in SNAPSHOTS)
@@ -347,7 +352,6 @@ class OlistReplayWorld(World):
 
     def __init__(self, config: OlistConfig | None = None) -> None:
         self.olist_config = config or OlistConfig()
-        """The plants are tuned to the default config; other configs are for tests only."""
 
     @property
     def config(self) -> dict[str, int]:
@@ -376,8 +380,9 @@ class OlistReplayWorld(World):
         return ORACLES
 
 
-def build_replay(data: Path | None = None) -> dict[str, DatasetFiles]:
-    """Build every replay snapshot once (under `data`, default the data dir); name -> files."""
+def build_replay(data_dir: Path | None = None) -> dict[str, DatasetFiles]:
+    """Every replay snapshot's files (snapshot name -> files), building the missing ones under
+    `data_dir` (default: $BACKINTEL_DATA_DIR or `<repo>/data`). Built snapshots are reused."""
     world = OlistReplayWorld()
-    root = data or data_dir()
+    root = data_dir or default_data_dir()
     return {name: world.ensure_built(root, name) for name in world.snapshots}

@@ -49,11 +49,15 @@ class OlistPartWorld(World):
 
     def __init__(self, base: OlistWorld | None = None) -> None:
         self.base = base or OlistWorld.from_env()
-        tables = set(PARTS[self.name])
-        self.primary_keys = {t: k for t, k in self.base.primary_keys.items() if t in tables}
-        self.foreign_keys = {
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Each part declares `name`; its keys are Olist's, restricted to its own tables."""
+        super().__init_subclass__(**kwargs)
+        tables = set(PARTS[cls.name])
+        cls.primary_keys = {t: k for t, k in OlistWorld.primary_keys.items() if t in tables}
+        cls.foreign_keys = {
             t: tuple(fk for fk in fks if fk[1] in tables)
-            for t, fks in self.base.foreign_keys.items()
+            for t, fks in OlistWorld.foreign_keys.items()
             if t in tables
         }
 
@@ -91,9 +95,7 @@ class OlistSplitWorld(World):
 
     name = "olist-split"
     primary_keys: ClassVar[Mapping[str, tuple[str, ...]]] = OlistWorld.primary_keys
-    foreign_keys: ClassVar[Mapping[str, tuple[tuple[str, str, str], ...]]] = (
-        OlistWorld.foreign_keys
-    )
+    foreign_keys: ClassVar[Mapping[str, tuple[tuple[str, str, str], ...]]] = OlistWorld.foreign_keys
 
     def __init__(self, base: OlistWorld | None = None) -> None:
         self.base = base or OlistWorld.from_env()

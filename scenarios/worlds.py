@@ -28,6 +28,7 @@ from stores.base import DatasetFiles
 
 __all__ = [
     "DATA_DIR_ENV",
+    "OLIST_SOURCE_ENV",
     "Oracle",
     "UnknownWorldError",
     "World",
@@ -216,10 +217,31 @@ class World(ABC):
         return content_hash(files.parquet_dir)
 
 
+OLIST_SOURCE_ENV = "BACKINTEL_OLIST_SOURCE"
+OLIST_CHECKSUMS_ENV = "BACKINTEL_OLIST_CHECKSUMS"
+"""A checksum file other than the committed pins (another release, or a test sample)."""
+"""`synthetic` (default): world `olist` is the generated world; `real`: the loaded Olist release."""
+
+
 def _olist() -> World:
+    source = os.environ.get(OLIST_SOURCE_ENV, "").strip().lower() or "synthetic"
+    if source == "real":
+        return _olist_real()
+    if source != "synthetic":
+        raise ValueError(
+            f"{OLIST_SOURCE_ENV}={source!r}: allowed values are 'synthetic' (the generated "
+            "world, the default) and 'real' (the Olist release loaded by `backintel data olist`)"
+        )
     from scenarios.olist.world import OlistWorld
 
     return OlistWorld.from_env()
+
+
+def _olist_real() -> World:
+    from scenarios.olist.real import CHECKSUM_FILE, OlistRealWorld
+
+    pins = os.environ.get(OLIST_CHECKSUMS_ENV)
+    return OlistRealWorld(checksums=Path(pins) if pins else CHECKSUM_FILE)
 
 
 def _acceptance() -> World:
@@ -238,11 +260,12 @@ def _split(part: str) -> Callable[[], World]:
     def factory() -> World:
         from scenarios import split
 
-        return {
+        worlds: dict[str, type[World]] = {
             "olist-split": split.OlistSplitWorld,
             "olist_orders": split.OlistOrdersWorld,
             "olist_catalog": split.OlistCatalogWorld,
-        }[part]()
+        }
+        return worlds[part]()
 
     return factory
 
@@ -255,6 +278,7 @@ def _tpch() -> World:
 
 _REGISTRY: dict[str, Callable[[], World]] = {
     "olist": _olist,
+    "olist-real": _olist_real,
     "acceptance-v1": _acceptance,
     "olist-replay": _olist_replay,
     "olist-split": _split("olist-split"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ __all__ = ["IcebergStore", "ProvisionedIceberg", "open_catalog", "snapshot_ids"]
 
 NAMESPACE = "main"
 WAREHOUSE = "warehouse"
+TABLES = "tables"
 ICEBERG_DB = "iceberg.db"
 EXTENSIONS = ("avro", "iceberg")
 
@@ -85,7 +87,10 @@ class ProvisionedIceberg(ProvisionedViews):
 
     @property
     def mount_path(self) -> Path | None:
-        return self.root / WAREHOUSE
+        """`tables/`: each table's one Iceberg data file, hard-linked as `<table>.parquet`, for
+        a sandbox to read (None when a table spans several data files)."""
+        tables = self.root / TABLES
+        return tables if tables.is_dir() else None
 
     def engine_connection(self) -> duckdb.DuckDBPyConnection:
         if not self.root.is_dir():
@@ -134,6 +139,7 @@ class IcebergStore(Store):
             finally:
                 catalog.engine.dispose()
             _build_views(root / CATALOG, views)
+            _link_data_files(root, sorted(views))
             for path in root.rglob("*"):
                 if path.is_file():
                     path.chmod(0o444)
@@ -143,6 +149,19 @@ class IcebergStore(Store):
                 raise
             raise StoreError(f"iceberg store: provisioning {store_id} failed: {exc}") from exc
         return ProvisionedIceberg(self.name, store_id, root, self.statement_timeout_s)
+
+
+def _link_data_files(root: Path, tables: list[str]) -> None:
+    """Hard-link each table's single data file as `tables/<table>.parquet` (see mount_path)."""
+    links: dict[str, Path] = {}
+    for table in tables:
+        files = sorted((root / WAREHOUSE / NAMESPACE / table / "data").glob("*.parquet"))
+        if len(files) != 1:
+            return
+        links[table] = files[0]
+    (root / TABLES).mkdir()
+    for table, target in links.items():
+        os.link(target, root / TABLES / f"{table}.parquet")
 
 
 def _build_views(db_path: Path, views: dict[str, str]) -> None:

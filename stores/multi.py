@@ -117,8 +117,9 @@ def _attachment(alias: str, item: ProvisionedStore) -> _Attach:
     from stores.lake import CATALOG, ProvisionedViews
 
     if isinstance(item, ProvisionedViews):  # lake-parquet, files, files-mixed, iceberg
-        needs = ("avro", "iceberg") if item.backend == "iceberg" else ()
-        data = item.mount_path or item.root
+        iceberg = item.backend == "iceberg"
+        needs = ("avro", "iceberg") if iceberg else ()
+        data = item.root / "warehouse" if iceberg else (item.mount_path or item.root)
         return _Attach(alias, str(item.root / CATALOG), "duckdb", "main", (data,), needs)
     if isinstance(item, ProvisionedDuckDB):
         return _Attach(alias, str(item.folder / DB_NAME), "duckdb", "main", (item.folder,), ())

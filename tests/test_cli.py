@@ -7,17 +7,25 @@ import pytest
 
 from pytest_backintel.cli import main
 
-DELIVERED_SQL = ("SELECT SUM(CASE WHEN order_status = 'delivered' THEN 1 ELSE 0 END) "
-                 "AS delivered_orders FROM orders")
+DELIVERED_SQL = (
+    "SELECT SUM(CASE WHEN order_status = 'delivered' THEN 1 ELSE 0 END) "
+    "AS delivered_orders FROM orders"
+)
 
 
 def answer(tmp_path: Path, value: object, code: str = DELIVERED_SQL) -> Path:
     path = tmp_path / "answer.json"
-    path.write_text(json.dumps({
-        "status": "answered",
-        "metrics": [{"name": "delivered_orders", "value": value, "unit": "orders"}],
-        "evidence": [{"id": "e1", "kind": "sql", "code": code, "metrics": ["delivered_orders"]}],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "status": "answered",
+                "metrics": [{"name": "delivered_orders", "value": value, "unit": "orders"}],
+                "evidence": [
+                    {"id": "e1", "kind": "sql", "code": code, "metrics": ["delivered_orders"]}
+                ],
+            }
+        )
+    )
     return path
 
 
@@ -36,11 +44,14 @@ def test_a_right_answer_passes_and_a_wrong_one_fails(
     truth = refs["l1-delivered-orders"]["values"]["delivered_orders"]
     code, result = score(capsys, "--case", "l1-delivered-orders", str(answer(tmp_path, truth)))
     assert (code, result["outcome"]) == (0, "pass")
-    code, result = score(capsys, "--case", "l1-delivered-orders",
-                         str(answer(tmp_path, truth + 1)))
+    code, result = score(capsys, "--case", "l1-delivered-orders", str(answer(tmp_path, truth + 1)))
     assert (code, result["outcome"]) == (1, "wrong_value")
-    code, result = score(capsys, "--case", "l1-delivered-orders",
-                         str(answer(tmp_path, truth, "SELECT 1 AS delivered_orders")))
+    code, result = score(
+        capsys,
+        "--case",
+        "l1-delivered-orders",
+        str(answer(tmp_path, truth, "SELECT 1 AS delivered_orders")),
+    )
     assert (code, result["outcome"]) == (1, "unsupported_evidence")
 
 
@@ -48,8 +59,9 @@ def test_acceptance_cases_are_scored_against_their_manifest(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "refusal.json"
-    path.write_text(json.dumps({"status": "refused", "missing": ["the data"],
-                                "explanation": "cannot"}))
+    path.write_text(
+        json.dumps({"status": "refused", "missing": ["the data"], "explanation": "cannot"})
+    )
     code, result = score(capsys, "--case", "acc-dev-signed-revenue", str(path))
     assert (code, result["outcome"]) == (1, "false_refusal")
 

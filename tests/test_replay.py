@@ -33,7 +33,7 @@ from scenarios.replay import (
     snapshot_named,
 )
 from scenarios.replay_oracles import ORACLES
-from scenarios.worlds import get_world
+from scenarios.worlds import DATA_DIR_ENV, get_world
 from stores.base import DatasetFiles
 
 LEVEL6 = DEFINITIONS_DIR / "level6"
@@ -136,7 +136,9 @@ CUTOFFS = st.datetimes(min_value=datetime(2016, 10, 1), max_value=datetime(2018,
 )
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(cutoff=CUTOFFS)
 def test_a_cutoff_shows_exactly_what_was_known_before_it(
     world: OlistReplayWorld, cutoff: datetime
@@ -233,19 +235,25 @@ def test_plants_change_only_what_they_declare(world: OlistReplayWorld, unplanted
     items = _changed(unplanted["order_items"], truth["order_items"], ["order_id"])
     customers = _changed(unplanted["customers"], truth["customers"], ["customer_id"])
     june = _purchased(truth, "2018-06-10 00:00:00", "2018-07-01 00:00:00")
-    assert orders and {o for (o,) in orders} <= june
-    assert reviews and {o for (o,) in reviews} <= june
+    assert orders
+    assert {o for (o,) in orders} <= june
+    assert reviews
+    assert {o for (o,) in reviews} <= june
     delivered = pl.col("order_delivered_customer_date")
     week22 = truth["orders"].filter((delivered >= "2018-05-28") & (delivered < "2018-06-04"))
-    assert items and {o for (o,) in items} <= set(week22["order_id"])
+    assert items
+    assert {o for (o,) in items} <= set(week22["order_id"])
     q4 = truth["orders"].filter(pl.col("order_id").is_in(_purchased(truth, "2017-10", "2018-01")))
-    assert customers and {c for (c,) in customers} <= set(q4["customer_id"])
+    assert customers
+    assert {c for (c,) in customers} <= set(q4["customer_id"])
     for table in ("order_payments", "products", "sellers", "product_category_name_translation"):
         assert truth[table].equals(unplanted[table])
 
 
 def test_the_diff_check_rejects_an_undeclared_change(unplanted: Tables) -> None:
-    shifted = unplanted["orders"].with_columns(pl.lit("2017-01-01 00:00:00").alias("order_approved_at"))
+    shifted = unplanted["orders"].with_columns(
+        pl.lit("2017-01-01 00:00:00").alias("order_approved_at")
+    )
     assert _changed(unplanted["orders"], shifted, ["order_id"])
     assert not _changed(unplanted["orders"], unplanted["orders"], ["order_id"])
 
@@ -318,3 +326,18 @@ def test_unanswerable_periods_are_entirely_unobserved(
     p = pl.col("order_purchase_timestamp")
     assert orders.filter((p >= start) & (p < end)).height == 0
     assert orders.filter(p < start).height > 0
+
+
+# -- docs -----------------------------------------------------------------------------------------
+def test_docs_example_runs(
+    built: dict[str, DatasetFiles],
+    replay_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = (Path(__file__).parent.parent / "docs" / "replay.md").read_text(encoding="utf-8")
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv(DATA_DIR_ENV, str(replay_root))
+    exec(compile(block, "docs/replay.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{p.review} {p.snapshot} alert 1" for p in PLANTS]

@@ -1,0 +1,46 @@
+"""Check queries written for SQLite give the same numbers on DuckDB and PostgreSQL."""
+
+import os
+import sqlite3
+
+import duckdb
+import psycopg
+import pytest
+
+from pytest_backintel.dialects import translate
+
+ROWS = "SELECT '2018-03-01 10:00:00' AS a, '2018-03-04 16:30:00' AS b, 2.345 AS x"
+QUERIES = {
+    "julianday": f"SELECT julianday(b) - julianday(a) AS v FROM ({ROWS})",
+    "unixepoch": f"SELECT unixepoch(b) - unixepoch(a) AS v FROM ({ROWS})",
+    "strftime_epoch": f"SELECT CAST(strftime('%s', b) AS INTEGER) AS v FROM ({ROWS})",
+    "sum_of_predicates": f"SELECT SUM(b > a) + AVG(x > 3) AS v FROM ({ROWS})",
+    "round": f"SELECT ROUND(x, 2) AS v FROM ({ROWS})",
+    "month": f"SELECT CAST(strftime('%m', a) AS INTEGER) AS v FROM ({ROWS})",
+}
+DSN = os.environ.get("BACKINTEL_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def sqlite_value(sql: str) -> float:
+    return float(sqlite3.connect(":memory:").execute(sql).fetchone()[0])
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_duckdb_agrees_with_sqlite(name: str) -> None:
+    sql = QUERIES[name]
+    got = duckdb.connect().execute(translate(sql, "duckdb")).fetchone()[0]
+    assert float(got) == pytest.approx(sqlite_value(sql), abs=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_postgres_agrees_with_sqlite(name: str) -> None:
+    sql = QUERIES[name]
+    with psycopg.connect(DSN) as conn:
+        got = conn.execute(translate(sql, "postgres")).fetchone()[0]  # type: ignore[index]
+    assert float(got) == pytest.approx(sqlite_value(sql), abs=1e-6)
+
+
+def test_sqlite_is_returned_unchanged_and_unknown_dialects_refused() -> None:
+    assert translate(QUERIES["round"], "sqlite") == QUERIES["round"]
+    with pytest.raises(ValueError, match="no SQL translation to 'mysql'"):
+        translate(QUERIES["round"], "mysql")

@@ -1,0 +1,144 @@
+"""TPC-H generation (scale factor snapshots, determinism, data hash) and the level-7 scenarios:
+oracles against check_sql on SQLite and, translated, on a lake store; committed references."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from pytest_backintel.dialects import translate
+from pytest_backintel.tolerance import compare_metric
+from scenarios.references import build_references, load_scenarios, references_path
+from scenarios.tpch import TABLES, TpchWorld, duckdb_data_hash, scale_factor
+from stores.base import DatasetFiles
+from stores.registry import load_store_class
+
+LEVEL7 = [s for s in load_scenarios() if s.level == 7]
+SNAP = "sf0.01"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> DatasetFiles:
+    return TpchWorld().ensure_built(tmp_path_factory.mktemp("data"), SNAP)
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "sf"), [("sf0.01", "0.01"), ("sf1", "1"), ("sf10", "10"), ("sf0.1", "0.1")]
+)
+def test_snapshots_are_scale_factors(snapshot: str, sf: str) -> None:
+    assert scale_factor(snapshot) == sf
+
+
+@pytest.mark.parametrize("snapshot", ["1", "sf", "sf-1", "sf0", "sfx", "SF1", "sf1e3"])
+def test_other_snapshots_are_refused(snapshot: str) -> None:
+    with pytest.raises(ValueError, match="sf<number>"):
+        scale_factor(snapshot)
+
+
+def test_base_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("BACKINTEL_TPCH_SF", raising=False)
+    assert scale_factor("base") == "1"
+    monkeypatch.setenv("BACKINTEL_TPCH_SF", "0.01")
+    assert scale_factor("base") == "0.01"
+    assert TpchWorld().build_dir(tmp_path) == tmp_path / "worlds" / "tpch-sf0.01"
+    monkeypatch.setenv("BACKINTEL_TPCH_SF", "big")
+    with pytest.raises(ValueError, match="BACKINTEL_TPCH_SF"):
+        scale_factor("base")
+
+
+def test_build_has_every_table_in_key_order(tiny: DatasetFiles) -> None:
+    manifest = json.loads(tiny.extra["manifest"].read_text())
+    assert manifest["tables"]["lineitem"] == 60175
+    assert manifest["tables"]["region"] == 5
+    assert sorted(tiny.tables) == sorted(TABLES)
+    orders = pl.read_parquet(tiny.parquet_dir / "orders.parquet")
+    assert orders["o_orderkey"].is_sorted()
+    assert manifest["data_hash"] == TpchWorld().data_hash(tiny)
+
+
+def test_data_hash_is_deterministic_and_sees_changes(tiny: DatasetFiles, tmp_path: Path) -> None:
+    again = TpchWorld().ensure_built(tmp_path, SNAP)
+    assert duckdb_data_hash(again.parquet_dir) == duckdb_data_hash(tiny.parquet_dir)
+    region = again.parquet_dir / "region.parquet"
+    df = pl.read_parquet(region)
+    df.with_columns(pl.col("r_name").str.replace("ASIA", "ASIA ")).write_parquet(region)
+    assert duckdb_data_hash(again.parquet_dir) != duckdb_data_hash(tiny.parquet_dir)
+    df.reverse().write_parquet(region)  # same rows, other order and bytes: same hash
+    assert duckdb_data_hash(again.parquet_dir) == duckdb_data_hash(tiny.parquet_dir)
+
+
+def _at(snapshot: str) -> list[Any]:
+    return [
+        s.model_copy(update={"dataset": s.dataset.model_copy(update={"snapshot": snapshot})})
+        for s in LEVEL7
+    ]
+
+
+def test_level7_scenarios() -> None:
+    assert len(LEVEL7) >= 8
+    assert sum(not s.answerable for s in LEVEL7) >= 2
+    assert {(s.dataset.world, s.dataset.store) for s in LEVEL7} == {("tpch", "lake-parquet")}
+
+
+def test_references_cross_check_and_match_the_committed_file(tiny: DatasetFiles) -> None:
+    """`build_references` runs every oracle and its SQLite check_sql and aborts on a mismatch;
+    its result equals the committed sf0.01 references."""
+    doc = build_references(_at(SNAP), TpchWorld(), tiny, SNAP)
+    committed = json.loads(references_path("tpch", SNAP).read_text())
+    assert committed["data_hash"] == doc["data_hash"]
+    assert json.loads(json.dumps(doc["references"])) == committed["references"]
+
+
+@pytest.mark.parametrize("scenario", [s for s in LEVEL7 if s.answerable], ids=lambda s: s.id)
+def test_check_sql_on_a_lake_store_agrees(
+    scenario: Any, tiny: DatasetFiles, tmp_path: Path
+) -> None:
+    """The reference analyst's path: check_sql translated to DuckDB on `lake-parquet`."""
+    from scenarios.tpch_oracles import ORACLES
+
+    expected = ORACLES[scenario.oracle_name](tiny.parquet_dir)
+    store = load_store_class("lake-parquet")(tmp_path)
+    store.setup_session()
+    item = store.provision(tiny)
+    try:
+        with item.connect() as session:
+            rows = session.run_sql(translate(scenario.check_sql, "duckdb")).records()
+    finally:
+        item.teardown()
+    (spec,) = scenario.metrics if len(scenario.metrics) == 1 else (None,)
+    got = {spec.name: rows} if spec is not None and spec.kind == "table" else rows[0]
+    for metric in scenario.metrics:
+        cmp = compare_metric(metric, expected[metric.name], got[metric.name])
+        assert cmp.ok, (metric.name, cmp.detail)
+
+
+def test_a_wrong_oracle_is_caught(tiny: DatasetFiles) -> None:
+    """The cross-check rejects an oracle that forgets Q6's quantity filter."""
+    from scenarios.references import ReferenceMismatchError
+    from scenarios.tpch_oracles import ORACLES
+
+    class Wrong(TpchWorld):
+        @property
+        def oracles(self) -> dict[str, Any]:
+            def q6(pq: Path) -> dict[str, Any]:
+                li = pl.read_parquet(pq / "lineitem.parquet")
+                return {"forecast_revenue_change": float((li["l_extendedprice"].cast(
+                    pl.Float64) * li["l_discount"].cast(pl.Float64)).sum())}  # fmt: skip
+
+            return dict(ORACLES) | {"l7_q6_forecast_revenue_change": q6}
+
+    q6 = [s for s in _at(SNAP) if s.id == "l7-q6-forecast-revenue-change"]
+    with pytest.raises(ReferenceMismatchError, match="disagree"):
+        build_references(q6, Wrong(), tiny, SNAP)
+
+
+def test_docs_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    text = (Path(__file__).parent.parent / "docs" / "tpch.md").read_text(encoding="utf-8")
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(block, "docs/tpch.md", "exec"), {})
+    expected = text.split("prints\n\n", 1)[1].split("\n\n", 1)[0]
+    assert capsys.readouterr().out.splitlines() == [line.strip() for line in expected.splitlines()]
