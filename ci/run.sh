@@ -44,4 +44,8 @@ for store in duckdb postgres lake-parquet files files-mixed; do
   uv run pytest -m development -n 2 -q --store "$store"
 done
 
+step "benchmarks (timings are printed, never asserted)"
+BACKINTEL_BENCHMARKS=1 uv run pytest tests/benchmarks -p no:xdist -q \
+  --benchmark-columns=min,median,max --benchmark-sort=name
+
 step "done"

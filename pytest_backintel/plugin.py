@@ -52,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(report, "backintel-html")
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """xdist controller: every worker writes into the controller's run folder."""
     node.workerinput["backintel_run_id"] = node.config.stash[SESSION_KEY].run_id

@@ -50,5 +50,4 @@ def test_provision_and_teardown(
 
     benchmark(one_item)
     assert list(store.workdir.glob("bi_*")) == []
-    if benchmark.stats is not None:  # None when benchmarks are disabled (e.g. under xdist)
-        assert benchmark.stats.stats.median < 0.020
+    benchmark.extra_info["target_s"] = 0.020  # a target to read in the table, never asserted
