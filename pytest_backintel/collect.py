@@ -11,6 +11,7 @@ import pytest
 from _pytest._code.code import TerminalRepr
 from _pytest._io import TerminalWriter
 
+from pytest_backintel.backends import store_spec
 from pytest_backintel.loading import ScenarioFileError, load_scenario_file
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.trial import TrialResult
@@ -25,8 +26,9 @@ def is_scenario_file(name: str) -> bool:
 
 
 def store_marker(backend: str) -> str:
-    """`store_<backend>` with dashes as underscores, usable in `-m` expressions."""
-    return "store_" + backend.replace("-", "_").replace(":", "_").replace("+", "_")
+    """`store_<backend>` with dashes as underscores, usable in `-m` expressions (a spec's
+    options after the first `:` are left out: `multi:...` is `store_multi`)."""
+    return "store_" + backend.split(":", 1)[0].replace("-", "_")
 
 
 def markers_for(scenario: Scenario, backend: str) -> list[str]:
@@ -48,7 +50,9 @@ class ScenarioFile(pytest.File):
         scenario = load_scenario_file(self.path)
         sha = hashlib.sha256(self.path.read_bytes()).hexdigest()
         for trial in range(1, bench.options.trials + 1):
-            yield ScenarioItem.from_scenario(self, scenario, trial, sha, bench.options.store)
+            yield ScenarioItem.from_scenario(
+                self, scenario, trial, sha, store_spec(scenario, bench.options.store)
+            )
 
     def repr_failure(
         self,
@@ -97,7 +101,6 @@ class ScenarioItem(pytest.Function):
             parent,
             name=f"{scenario.id}[t{trial}]",
             callobj=_scenario_test,
-
         )
         item.scenario, item.trial, item.scenario_sha = scenario, trial, sha
         for name in markers_for(scenario, backend):

@@ -19,6 +19,7 @@ import pytest
 from _pytest._code.code import TerminalRepr
 from pydantic import ValidationError
 
+from pytest_backintel.backends import store_spec
 from pytest_backintel.collect import ScenarioItem
 from pytest_backintel.loading import ScenarioFileError
 from pytest_backintel.scenario import Scenario
@@ -85,7 +86,8 @@ class ManifestFile(pytest.File):
                 bench.reserved_cases.setdefault(self.suite, set()).add(scenario.id)
             trials = int(case.get("trials") or bench.options.trials)
             for trial in range(1, trials + 1):
-                item = ScenarioItem.from_scenario(self, scenario, trial, sha, bench.options.store)
+                spec = store_spec(scenario, bench.options.store)
+                item = ScenarioItem.from_scenario(self, scenario, trial, sha, spec)
                 item.manifest = self.path
                 item.suite = self.suite
                 yield item

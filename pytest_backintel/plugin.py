@@ -97,7 +97,7 @@ def backintel_store(request: pytest.FixtureRequest) -> Iterator[ProvisionedStore
     item = request.node
     assert isinstance(item, ScenarioItem)
     try:
-        store = bench.store.provision(bench.dataset(item.scenario)[0])
+        store = bench.store_for(item.scenario).provision(bench.dataset(item.scenario)[0])
     except Exception as exc:
         bench.record_infra_error(item, exc)
         raise

@@ -15,6 +15,7 @@ import pytest
 from pytest_backintel import __version__
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.analysts import AnalystLoadError, analyst_label, load_analyst, spec_kind
+from pytest_backintel.backends import StoreBackends, store_spec
 from pytest_backintel.budget import RunBudget
 from pytest_backintel.cassettes import case_key, write_cassette
 from pytest_backintel.collect import ScenarioFailure, ScenarioItem
@@ -50,7 +51,6 @@ from pytest_backintel.sandbox.registry import (
 from pytest_backintel.scenario import Scenario, Split
 from pytest_backintel.trial import run_trial
 from stores.base import DatasetFiles, ProvisionedStore, Store
-from stores.registry import load_store_class
 
 if TYPE_CHECKING:
     from pytest_backintel.tracing import Tracing
@@ -75,7 +75,7 @@ class BenchSession:
         self.writer = RecordWriter(self.run_dir, self.worker)
         self.outcomes: Counter[str] = Counter()
         self._analyst: Analyst | None = None
-        self._store: Store | None = None
+        self.backends = StoreBackends(lambda: self.data_dir)
         self._sandboxes: SandboxProvider | None = None
         self._tracing: Tracing | None = None
         self.budget = RunBudget(self.run_dir, self.options.run_limits)
@@ -96,14 +96,9 @@ class BenchSession:
             )
         return self._analyst
 
-    @property
-    def store(self) -> Store:
-        if self._store is None:
-            workdir = self.data_dir / "stores" / self.options.store / f"{os.getpid()}"
-            store = load_store_class(self.options.store)(workdir)
-            store.setup_session()
-            self._store = store
-        return self._store
+    def store_for(self, scenario: Scenario) -> Store:
+        """The backend the scenario runs on (`--store`, or the one its binding needs)."""
+        return self.backends.get(store_spec(scenario, self.options.store))
 
     @property
     def sandboxes(self) -> SandboxProvider:
@@ -224,7 +219,7 @@ class BenchSession:
                 self.budget.cap(self.options.limits),
                 lambda _scenario: self.reference(item),
                 python=python,
-                dialect=self.store.dialect,
+                dialect=self.store_for(item.scenario).dialect,
                 verify_data=lambda: self.verify_data(scenario),
                 case_key=key,
             )
@@ -259,7 +254,7 @@ class BenchSession:
             "world": scenario.dataset.world,
             "snapshot": scenario.dataset.snapshot,
             "data_hash": files_hash[1] if files_hash else None,
-            "backend": self.options.store,
+            "backend": store_spec(scenario, self.options.store),
             "analyst": {
                 "name": self._analyst.name if self._analyst else self.options.analyst,
                 "kind": self._analyst.kind if self._analyst else None,
@@ -357,8 +352,7 @@ class BenchSession:
         self.writer.close()
         if self._tracing is not None:
             self._tracing.close()
-        if self._store is not None:
-            self._store.teardown_session()
+        self.backends.teardown()
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
         if not self.is_controller:
