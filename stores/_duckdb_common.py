@@ -16,7 +16,8 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -28,6 +29,7 @@ from filelock import FileLock
 from stores.base import (
     MAX_ROWS,
     Column,
+    Fingerprint,
     QueryError,
     QueryRefused,
     QueryResult,
@@ -36,10 +38,11 @@ from stores.base import (
     StoreSession,
     TableInfo,
 )
-from stores.fingerprint import LogicalHasher, tree_sha256
+from stores.fingerprint import summary_digest, tree_sha256
 
 __all__ = [
     "DuckDBSession",
+    "cached_fingerprint",
     "check_statement",
     "logical_fingerprint",
     "open_guarded",
@@ -272,8 +275,16 @@ def remove_folder(path: Path) -> None:
 
 
 def logical_fingerprint(conn: duckdb.DuckDBPyConnection) -> str:
-    """`stores.fingerprint.logical_digest` over every table/view in `main`, rows sorted by all
-    columns in SQL (`ORDER BY ALL`) and streamed in batches."""
+    """`stores.fingerprint.summary_digest` over every table/view in `main`, computed in DuckDB.
+
+    Per table (name order): its (column, type) pairs from DESCRIBE and, over the per-row hash
+    `h = hash(c1, ..., cn)`, `count(*)`, `sum(h::HUGEINT)` and `bit_xor(h)`. DuckDB's `hash`
+    gives NULL its own constant (`hash(NULL) != hash(0) != hash('')`), is a bijection on
+    integers and chains columns by multiply-and-xor, so the row hash is injective in each cell:
+    changing any one cell changes the row hash and hence the (exact, 128-bit) sum, while the
+    aggregates ignore row order. Equal values of one column type hash equal (`-0.0` and `0.0`,
+    every NaN), as SQL compares them; types are in the header, so `1` and `1.0` differ there.
+    """
     tables = [
         str(r[0])
         for r in conn.execute(
@@ -281,14 +292,60 @@ def logical_fingerprint(conn: duckdb.DuckDBPyConnection) -> str:
             "WHERE table_schema = 'main' AND table_catalog = current_database() ORDER BY 1"
         ).fetchall()
     ]
-    hasher = LogicalHasher()
+    summaries: list[tuple[str, list[tuple[str, str]], tuple[object, ...]]] = []
     for table in tables:
         described = conn.execute(f"DESCRIBE {quote_ident(table)}").fetchall()
-        cursor = conn.execute(f"SELECT * FROM {quote_ident(table)} ORDER BY ALL")
-        hasher.add_table(table, [(str(r[0]), str(r[1])) for r in described], _batches(cursor))
-    return hasher.hexdigest()
+        columns = [(str(r[0]), str(r[1])) for r in described]
+        row_hash = f"hash({', '.join(quote_ident(c) for c, _ in columns)})"
+        summary = conn.execute(
+            f"SELECT count(*), 0, 0 "
+            f"FROM (SELECT {row_hash} AS h FROM {quote_ident(table)})"
+        ).fetchone()
+        summaries.append((table, columns, tuple(summary or ())))
+    return summary_digest(summaries)
 
 
-def _batches(cursor: duckdb.DuckDBPyConnection) -> Iterator[tuple[Any, ...]]:
-    while batch := cursor.fetchmany(10_000):
-        yield from batch
+_LOGICAL_CACHE: OrderedDict[str, str] = OrderedDict()
+_CACHE_SIZE = 256
+_CACHE_LOCK = threading.Lock()
+
+
+def _tree_state(root: Path) -> list[tuple[str, int, int, int]]:
+    """(path, inode, size, mtime) of every file under `root`: a cheap "did anything change"."""
+    out = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        st = path.stat()
+        out.append((path.as_posix(), st.st_ino, st.st_size, st.st_mtime_ns))
+    return out
+
+
+def cached_fingerprint(
+    root: Path,
+    physical: Callable[[], str],
+    connect: Callable[[], duckdb.DuckDBPyConnection],
+    where: str,
+) -> Fingerprint:
+    """The physical hash `physical()` (exact sha256 of the item's files under `root`) and the
+    logical one, computed through `connect()` only when this process has not seen that physical
+    hash before: identical bytes hold identical content. Raises `StoreError` when a file under
+    `root` changed while the logical fingerprint was computed."""
+    state = _tree_state(root)
+    digest = physical()
+    with _CACHE_LOCK:
+        logical = _LOGICAL_CACHE.get(digest)
+    if logical is not None:
+        return Fingerprint(logical=logical, physical=digest)
+    conn = connect()
+    try:
+        logical = logical_fingerprint(conn)
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot fingerprint store {where}: {exc}") from exc
+    finally:
+        conn.close()
+    if _tree_state(root) != state:
+        raise StoreError(f"store {where} changed while it was fingerprinted")
+    with _CACHE_LOCK:
+        _LOGICAL_CACHE[digest] = logical
+        while len(_LOGICAL_CACHE) > _CACHE_SIZE:
+            _LOGICAL_CACHE.popitem(last=False)
+    return Fingerprint(logical=logical, physical=digest)

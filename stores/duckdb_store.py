@@ -12,8 +12,8 @@ import duckdb
 
 from stores._duckdb_common import (
     DuckDBSession,
+    cached_fingerprint,
     copy_folder,
-    logical_fingerprint,
     open_guarded,
     quote_ident,
     quote_literal,
@@ -66,12 +66,13 @@ class ProvisionedDuckDB(ProvisionedStore):
         return DuckDBSession(conn, timeout_s=self._timeout_s, where=self.display_id)
 
     def fingerprint(self) -> Fingerprint:
-        physical = tree_sha256(self.folder)
-        conn = self.engine_connection()
-        try:
-            return Fingerprint(logical=logical_fingerprint(conn), physical=physical)
-        finally:
-            conn.close()
+        """Physical: sha256 of the folder's files; logical: computed in DuckDB, cached per
+        physical hash (`cached_fingerprint`)."""
+        if not self.folder.is_dir():
+            raise StoreError(f"{self.display_id} was torn down; provision a new store")
+        return cached_fingerprint(
+            self.folder, lambda: tree_sha256(self.folder), self.engine_connection, self.display_id
+        )
 
     def teardown(self) -> None:
         remove_folder(self.folder)

@@ -6,6 +6,11 @@ column; `canonical_rows` sorts in Python for a backend that cannot). Every cell 
 type tag and a length, so `1`, `1.0`, `'1'`, `True` and NULL all differ and no two rows or tables
 can run into each other. Signed zero is folded (`-0.0` encodes as `0.0`), because SQL compares
 them equal and backends disagree on keeping the sign; the physical hash still sees the bytes.
+
+`summary_digest` is the fast variant for engines that can hash rows themselves (DuckDB): per
+table, instead of the rows, a summary the engine computes in one pass (row count and
+order-independent aggregates of a per-row hash). Its digests are a different family
+(`SUMMARY_VERSION`) and never equal a `logical_digest`; compare fingerprints of one backend only.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from stores.base import StoreError
 
 __all__ = [
     "FINGERPRINT_VERSION",
+    "SUMMARY_VERSION",
     "LogicalHasher",
     "TableRows",
     "canonical_rows",
@@ -30,11 +36,15 @@ __all__ = [
     "encode_row",
     "file_sha256",
     "logical_digest",
+    "summary_digest",
     "tree_sha256",
 ]
 
 FINGERPRINT_VERSION = b"backintel-logical-v1"
 """Mixed into every logical digest; bump it when the encoding changes."""
+
+SUMMARY_VERSION = b"backintel-logical-summary-v1"
+"""Mixed into every summary digest; bump it when the summary changes."""
 
 TableRows = tuple[str, Sequence[tuple[str, str]], Iterable[Sequence[object]]]
 """One table to hash: its name, its (column name, declared type) pairs and its rows."""
@@ -140,6 +150,26 @@ def logical_digest(tables: Iterable[TableRows]) -> str:
     for name, columns, rows in tables:
         hasher.add_table(name, columns, rows)
     return hasher.hexdigest()
+
+
+def summary_digest(
+    tables: Iterable[tuple[str, Sequence[tuple[str, str]], Sequence[object]]],
+) -> str:
+    """SHA-256 over, per table in strictly increasing name order, its name, (column, type)
+    pairs and the engine's summary of its rows (a sequence of plain values, e.g. count, sum and
+    xor of a per-row hash)."""
+    digest = hashlib.sha256(SUMMARY_VERSION)
+    last: str | None = None
+    for name, columns, summary in tables:
+        if last is not None and name <= last:
+            raise StoreError(
+                f"fingerprint tables must come in strictly increasing name order: "
+                f"{name!r} came after {last!r}"
+            )
+        last = name
+        header = _frame(b"C", b"".join(encode_cell(n) + encode_cell(t) for n, t in columns))
+        digest.update(_frame(b"T", name.encode()) + header + encode_row(summary))
+    return digest.hexdigest()
 
 
 def file_sha256(path: Path) -> str:

@@ -8,9 +8,9 @@ metadata file of that snapshot. The analyst's connection loads the `avro` and `i
 extensions from their wheels, opens the catalog read-only, and may read files under
 `warehouse/` only, with the configuration locked (as the other DuckDB backends).
 
-Fingerprint: logical over the views' rows; physical is the sha256 of every file of the item
-(catalog database, metadata, manifests, data) together with each table's current metadata
-location and snapshot id as the pyiceberg catalog reports them.
+Fingerprint (`ProvisionedViews.fingerprint`): logical over the views' rows; physical is the
+sha256 of every file of the item (catalog database, metadata, manifests, data) together with
+each table's current metadata location and snapshot id as the pyiceberg catalog reports them.
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ import duckdb
 import pyarrow.parquet as pq
 
 from stores._duckdb_common import (
-    logical_fingerprint,
     quote_ident,
     quote_literal,
     remove_folder,
     tree_sha256,
 )
 from stores._extensions import load_extensions, open_guarded_with
-from stores.base import DatasetFiles, Fingerprint, Store, StoreError, new_store_id
+from stores.base import DatasetFiles, Store, StoreError, new_store_id
 from stores.lake import CATALOG, ProvisionedViews
 
 __all__ = ["IcebergStore", "ProvisionedIceberg", "open_catalog", "snapshot_ids"]
@@ -99,14 +98,10 @@ class ProvisionedIceberg(ProvisionedViews):
             self.root / CATALOG, extensions=EXTENSIONS, allowed_dirs=[self.root / WAREHOUSE]
         )
 
-    def fingerprint(self) -> Fingerprint:
+    def _physical(self) -> str:
         physical = hashlib.sha256(tree_sha256(self.root).encode())
         physical.update(json.dumps(snapshot_ids(self.root), sort_keys=True).encode())
-        conn = self.engine_connection()
-        try:
-            return Fingerprint(logical=logical_fingerprint(conn), physical=physical.hexdigest())
-        finally:
-            conn.close()
+        return physical.hexdigest()
 
 
 def _metadata_path(location: str) -> str:

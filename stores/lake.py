@@ -16,8 +16,8 @@ import duckdb
 
 from stores._duckdb_common import (
     DuckDBSession,
+    cached_fingerprint,
     copy_folder,
-    logical_fingerprint,
     open_guarded,
     quote_ident,
     quote_literal,
@@ -70,12 +70,16 @@ class ProvisionedViews(ProvisionedStore):
         )
 
     def fingerprint(self) -> Fingerprint:
-        physical = tree_sha256(self.root)
-        conn = self.engine_connection()
-        try:
-            return Fingerprint(logical=logical_fingerprint(conn), physical=physical)
-        finally:
-            conn.close()
+        """Physical: sha256 of every file of the item; logical: computed in DuckDB, cached per
+        physical hash (`cached_fingerprint`)."""
+        if not self.root.is_dir():
+            raise StoreError(f"{self.display_id} was torn down; provision a new store")
+        return cached_fingerprint(
+            self.root, self._physical, self.engine_connection, self.display_id
+        )
+
+    def _physical(self) -> str:
+        return tree_sha256(self.root)
 
     def teardown(self) -> None:
         remove_folder(self.root)
