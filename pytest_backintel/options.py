@@ -35,6 +35,8 @@ class BenchOptions:
     """Budgets for the whole run (`--run-max-requests`, `--run-max-tokens`, `--run-max-cost`)."""
     record: bool = False
     """`--record`: keep each trial's message history as a cassette for `replay:DIR`."""
+    judge_model: str | None = None
+    """`--judge-model`: scores the narrative separately, uncalibrated; never the outcome."""
 
 
 def positive_int(value: str) -> int:
@@ -138,6 +140,12 @@ def add_options(parser: pytest.Parser) -> None:
         help="frozen acceptance run (required for the reserved split)",
     )
     group.addoption(
+        "--judge-model",
+        default=None,
+        help="model (of another family than the analyst's) that scores the narrative of each "
+        "answer; its scores are labelled uncalibrated and never decide correctness",
+    )
+    group.addoption(
         "--freeze-plan",
         default=None,
         help="declared plan for a further frozen run of the same candidate",
@@ -174,6 +182,7 @@ def read_options(config: pytest.Config) -> BenchOptions:
         freeze=config.getoption("--freeze"),
         sandbox=config.getoption("--sandbox") or default_sandbox(),
         freeze_plan=config.getoption("--freeze-plan"),
+        judge_model=config.getoption("--judge-model") or os.environ.get("BACKINTEL_JUDGE_MODEL"),
         run_limits=RunLimits(
             max_requests=config.getoption("--run-max-requests"),
             max_tokens=config.getoption("--run-max-tokens"),

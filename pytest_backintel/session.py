@@ -29,6 +29,7 @@ from pytest_backintel.freeze import (
 )
 from pytest_backintel.html_report import RECORD_KEY, junit_properties
 from pytest_backintel.item_python import ItemPython
+from pytest_backintel.judging import check_judge, judge_trial
 from pytest_backintel.manifests import manifest_reference
 from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, read_options
 from pytest_backintel.outcomes import Outcome
@@ -64,6 +65,7 @@ class BenchSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.options: BenchOptions = read_options(config)
+        check_judge(self.options.judge_model, self.options.model)
         self.root = config.rootpath
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         self.worker = workerinput["workerid"] if workerinput else "main"
@@ -227,7 +229,8 @@ class BenchSession:
         cost = self.budget.settle(self.analyst.kind, self.options.model, result.run)
         if self.options.record:
             write_cassette(self.run_dir, key, result.run)
-        extra = {"trace_id": span.trace_id, "cost_usd": cost, "case_key": key}
+        judge = judge_trial(self.options.judge_model, self.options.model, scenario, result.run)
+        extra = {"trace_id": span.trace_id, "cost_usd": cost, "case_key": key, "judge": judge}
         self.write_record(item, result.score.outcome.value, result.to_record() | extra)
         if result.score.outcome is Outcome.NOT_RUN:
             pytest.skip("not run")

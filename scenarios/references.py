@@ -3,8 +3,12 @@
 `build_references` runs every answerable scenario's polars oracle over the world's canonical
 Parquet and its separately written `check_sql` over the world's SQLite file (read-only), and
 aborts with `ReferenceMismatchError` on any disagreement. The result is written to
-`scenarios/references/<world>.json` with the data hash it was computed from; `reference_for`
-refuses references whose data hash differs from the data a run uses.
+`scenarios/references/<world>.json` (or `<world>-<snapshot>.json`) with the data hash it was
+computed from; `reference_for` refuses references whose data hash differs from the data a run
+uses. Snapshots are resolved by the world first (`World.resolve_snapshot`): TPC-H's `base`
+means `sf$BACKINTEL_TPCH_SF`, so its references live in `tpch-sf<sf>.json`. Check queries run on
+the world's SQLite file with every declared part (`extra["sqlite:<alias>"]`) attached read-only
+under its alias, as the split worlds need.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 from pytest_backintel.loading import load_scenario_file
 from pytest_backintel.scenario import MetricKind, MetricSpec, Scenario
 from pytest_backintel.tolerance import compare_metric
-from scenarios.worlds import World, data_dir, get_world
+from scenarios.worlds import UnknownWorldError, World, data_dir, get_world
 from stores.base import DatasetFiles
 
 __all__ = [
@@ -81,8 +85,19 @@ class ReferenceSet:
 
 
 def references_path(world: str, snapshot: str = "base", root: Path = REFERENCES_DIR) -> Path:
-    """`<root>/<world>.json` for the base snapshot, `<world>-<snapshot>.json` otherwise."""
+    """`<root>/<world>.json` for the base snapshot, `<world>-<snapshot>.json` otherwise.
+
+    `snapshot` is the resolved name (`resolved_snapshot`), e.g. `sf1` for TPC-H's `base`."""
     return root / (f"{world}.json" if snapshot == "base" else f"{world}-{snapshot}.json")
+
+
+def resolved_snapshot(world: str, snapshot: str) -> str:
+    """The snapshot `world` means by `snapshot` (`World.resolve_snapshot`); unchanged for a
+    world that is not registered."""
+    try:
+        return get_world(world).resolve_snapshot(snapshot)
+    except UnknownWorldError:
+        return snapshot
 
 
 def load_scenarios(root: Path = DEFINITIONS_DIR) -> list[Scenario]:
@@ -113,11 +128,17 @@ def _short(value: Any, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _run_check_sql(scenario: Scenario, sqlite_path: Path) -> dict[str, Any]:
-    """The check_sql result as metric -> value (a table metric gets all rows)."""
+def _run_check_sql(scenario: Scenario, files: DatasetFiles) -> dict[str, Any]:
+    """The check_sql result as metric -> value (a table metric gets all rows), run on the
+    world's SQLite file with its declared parts attached read-only under their aliases."""
+    from scenarios.split import attach_parts
+
     assert scenario.check_sql is not None
+    assert files.sqlite_path is not None
+    sqlite_path = files.sqlite_path
     con = sqlite3.connect(f"{sqlite_path.as_uri()}?mode=ro", uri=True)
     try:
+        attach_parts(con, files)
         cur = con.execute(scenario.check_sql)
         columns = [d[0] for d in cur.description or ()]
         rows = [dict(zip(columns, r, strict=True)) for r in cur.fetchall()]
@@ -181,7 +202,7 @@ def _values(scenario: Scenario, world: World, files: DatasetFiles) -> dict[str, 
         )
     if files.sqlite_path is None:
         raise ReferenceError(f"world {world.name!r} has no SQLite build to run check_sql on")
-    sql_values = _run_check_sql(scenario, files.sqlite_path)
+    sql_values = _run_check_sql(scenario, files)
     for spec in scenario.metrics:
         _compare(scenario, spec, values[spec.name], sql_values[spec.name])
     return {name: _canonical(values[name]) for name in sorted(values)}
@@ -190,13 +211,18 @@ def _values(scenario: Scenario, world: World, files: DatasetFiles) -> dict[str, 
 def build_references(
     scenarios: Iterable[Scenario], world: World, files: DatasetFiles, snapshot: str = "base"
 ) -> dict[str, Any]:
-    """References for `scenarios` of `world`, each oracle cross-checked by its check_sql."""
+    """References for `scenarios` of `world`, each oracle cross-checked by its check_sql.
+
+    Scenarios must be bound to `snapshot` once both are resolved (`World.resolve_snapshot`);
+    the document records the resolved name."""
+    snapshot = world.resolve_snapshot(snapshot)
     refs: dict[str, Any] = {}
     for scenario in sorted(scenarios, key=lambda s: s.id):
-        if scenario.dataset.world != world.name or scenario.dataset.snapshot != snapshot:
+        bound = scenario.dataset.snapshot
+        if scenario.dataset.world != world.name or world.resolve_snapshot(bound) != snapshot:
             raise ReferenceError(
-                f"scenario {scenario.id!r} is bound to {scenario.dataset.world}/"
-                f"{scenario.dataset.snapshot}, not {world.name}/{snapshot}"
+                f"scenario {scenario.id!r} is bound to {scenario.dataset.world}/{bound}, not "
+                f"{world.name}/{snapshot}"
             )
         values = _values(scenario, world, files) if scenario.answerable else None
         refs[scenario.id] = {"version": scenario.version, "values": values}
@@ -257,8 +283,11 @@ def reference_for(
     scenario: Scenario, data_hash: str, root: Path = REFERENCES_DIR
 ) -> Mapping[str, Any]:
     """The reference values of one answerable scenario ({} for an unanswerable one), after
-    checking the data hash and the scenario version."""
-    refs = _load_cached(references_path(scenario.dataset.world, scenario.dataset.snapshot, root))
+    checking the data hash and the scenario version (the file is the one of the resolved
+    snapshot, e.g. `tpch-sf0.01.json` when BACKINTEL_TPCH_SF=0.01)."""
+    world = scenario.dataset.world
+    snapshot = resolved_snapshot(world, scenario.dataset.snapshot)
+    refs = _load_cached(references_path(world, snapshot, root))
     check_data_hash(refs, data_hash)
     entry = refs.references.get(scenario.id)
     if entry is None:
@@ -287,17 +316,32 @@ def build_all(
 ) -> dict[str, dict[str, Any]]:
     """Build (and with `write`, save) the references of every world the scenarios use.
 
-    With `write=False` nothing is written and `ReferencesOutOfDateError` is raised when a
-    committed file differs from the fresh build. Returns file name -> references document."""
+    Scenarios are grouped by world and resolved snapshot (`World.resolve_snapshot`). With
+    `write=False` nothing is written and `ReferencesOutOfDateError` is raised when a committed
+    file is missing (before building that world's data) or differs from the fresh build.
+    Returns file name -> references document."""
     groups: dict[tuple[str, str], list[Scenario]] = defaultdict(list)
+    worlds: dict[str, World] = {}
     for scenario in load_scenarios(definitions):
-        groups[(scenario.dataset.world, scenario.dataset.snapshot)].append(scenario)
+        name = scenario.dataset.world
+        if name not in worlds:
+            worlds[name] = get_world(name)
+        groups[(name, worlds[name].resolve_snapshot(scenario.dataset.snapshot))].append(scenario)
     built: dict[str, dict[str, Any]] = {}
     for (world_name, snapshot), scenarios in sorted(groups.items()):
-        world = get_world(world_name)
+        world = worlds[world_name]
+        path = references_path(world_name, snapshot, out_dir)
+        if not write and not path.is_file():
+            bound = sorted({s.dataset.snapshot for s in scenarios})
+            raise ReferencesOutOfDateError(
+                f"no references are committed for world {world_name!r} snapshot {snapshot!r} "
+                f"(what scenarios bound to {', '.join(bound)} resolve to in this environment): "
+                f"{path} is missing, so it differs from a fresh build; {REBUILD_HINT} with the "
+                "same environment (e.g. BACKINTEL_TPCH_SF), or choose a snapshot whose "
+                "references are committed"
+            )
         files = world.ensure_built(data_root or data_dir(), snapshot)
         doc = build_references(scenarios, world, files, snapshot)
-        path = references_path(world_name, snapshot, out_dir)
         text = render_references(doc)
         if write:
             path.parent.mkdir(parents=True, exist_ok=True)

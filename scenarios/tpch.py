@@ -1,11 +1,13 @@
 """TPC-H at a chosen scale factor, generated offline with DuckDB's `tpch` extension.
 
 Snapshots are scale factors: `sf0.01`, `sf1`, `sf10`, ... (`sf<number>`); `base` means
-`sf$BACKINTEL_TPCH_SF` (default `1`). A build writes, under `<data dir>/worlds/tpch-sf<sf>/`
-and a file lock (like every world): `parquet/<table>.parquet` (the canonical form: TPC-H's
-own types, DECIMAL(15,2) money and DATE dates, rows in primary-key order), `tpch.sqlite` (the
-same tables through DuckDB's sqlite writer: money as REAL, dates as 'YYYY-MM-DD' text, unique
-indexes on the primary keys) and
+`sf$BACKINTEL_TPCH_SF` (default `1`), resolved by `TpchWorld.resolve_snapshot` before building
+and before looking up references (`scenarios/references/tpch-sf<sf>.json`).
+
+A build writes, under `<data dir>/worlds/tpch-sf<sf>/` and a file lock (like every world):
+`parquet/<table>.parquet` (the canonical form: TPC-H's own types, DECIMAL(15,2) money and DATE
+dates, rows in primary-key order), `tpch.sqlite` (the same tables through DuckDB's sqlite
+writer: money as REAL, dates as 'YYYY-MM-DD' text, unique indexes on the primary keys) and
 `world.json` last. The data hash is a logical one computed by DuckDB (per table: name, column
 types, row count and the sum of row hashes), since hashing millions of rows in Python would take
 minutes at SF1. The extensions load from their wheels; nothing is downloaded.
@@ -119,6 +121,11 @@ class TpchWorld(World):
 
     def _check_snapshot(self, snapshot: str) -> None:
         scale_factor(snapshot)
+
+    def resolve_snapshot(self, snapshot: str) -> str:
+        """`sf<sf>`: `base` becomes `sf$BACKINTEL_TPCH_SF` (default `sf1`), so builds and
+        references (`tpch-sf1.json`, `tpch-sf0.01.json`) follow the variable."""
+        return f"sf{scale_factor(snapshot)}"
 
     def build_dir(self, data_dir: Path, snapshot: str = "base") -> Path:
         return data_dir / "worlds" / f"tpch-sf{scale_factor(snapshot)}"

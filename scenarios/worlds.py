@@ -128,6 +128,12 @@ class World(ABC):
         their files; a generated world rebuilds on change instead, so it has nothing to pin."""
         return []
 
+    def resolve_snapshot(self, snapshot: str) -> str:
+        """The concrete snapshot a binding stands for: the name builds and references are keyed
+        by. Identity here; a world whose `base` depends on the environment (TPC-H's scale
+        factor) returns the snapshot it means."""
+        return snapshot
+
     def build_dir(self, data_dir: Path, snapshot: str = "base") -> Path:
         root = data_dir / "worlds" / f"{self.name}-{self.config_hash}"
         return root if snapshot == "base" else root / "snapshots" / snapshot
@@ -152,6 +158,7 @@ class World(ABC):
 
         Safe under concurrency: one process builds under a file lock, the others wait and
         reuse its result."""
+        snapshot = self.resolve_snapshot(snapshot)
         self._check_snapshot(snapshot)
         final = self.build_dir(data_dir, snapshot)
         if (final / COMPLETE_MARKER).is_file():

@@ -298,7 +298,7 @@ def logical_fingerprint(conn: duckdb.DuckDBPyConnection) -> str:
         columns = [(str(r[0]), str(r[1])) for r in described]
         row_hash = f"hash({', '.join(quote_ident(c) for c, _ in columns)})"
         summary = conn.execute(
-            f"SELECT count(*), 0, 0 "
+            f"SELECT count(*), sum(h::HUGEINT), bit_xor(h) "
             f"FROM (SELECT {row_hash} AS h FROM {quote_ident(table)})"
         ).fetchone()
         summaries.append((table, columns, tuple(summary or ())))

@@ -51,7 +51,7 @@ def same_cell(a: Any, b: Any) -> bool:
     return (a is None) == (b is None) and a == b
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=rows_strategy, data=st.data())
 def test_any_one_cell_change_changes_the_fingerprint(
     rows: list[tuple[Any, ...]], data: Any

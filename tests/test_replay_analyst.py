@@ -12,7 +12,14 @@ import pydantic_ai.models
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from analyst.agent import OUTPUT_TOOL_NAMES, ModelAnalyst
@@ -74,8 +81,6 @@ def task(store: ProvisionedStore, key: str | None = "shop-count/t1") -> AnalystT
 
 
 def sql_returns(messages: list[dict[str, Any]]) -> list[Any]:
-    from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest
-
     return [
         part.content
         for msg in ModelMessagesTypeAdapter.validate_python(messages)
@@ -218,3 +223,16 @@ def test_a_recorded_calibration_run_replays_offline_to_the_same_outcomes(
     run = json.loads((results / "rep" / "run.json").read_text())
     assert run["analyst"]["kind"] == "replay"
     assert run["analyst"]["calibration"] is False
+
+
+def test_the_documented_commands_parse(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "records.md").read_text(encoding="utf-8")
+    commands = [
+        line.split("uv run pytest", 1)[1].split()
+        for line in doc.splitlines()
+        if line.strip().startswith("uv run pytest")
+    ]
+    assert len(commands) >= 2
+    for args in commands:
+        config = pytester.parseconfig(*args, "--results-dir", str(tmp_path))
+        assert config.getoption("--analyst") in ("perturbed", "replay:results/rec")

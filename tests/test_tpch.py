@@ -12,7 +12,17 @@ import pytest
 
 from pytest_backintel.dialects import translate
 from pytest_backintel.tolerance import compare_metric
-from scenarios.references import build_references, load_scenarios, references_path
+from scenarios.references import (
+    DEFINITIONS_DIR,
+    REFERENCES_DIR,
+    ReferencesOutOfDateError,
+    StaleReferencesError,
+    build_all,
+    build_references,
+    load_scenarios,
+    reference_for,
+    references_path,
+)
 from scenarios.tpch import TABLES, TpchWorld, duckdb_data_hash, scale_factor
 from stores.base import DatasetFiles
 from stores.registry import load_store_class
@@ -48,6 +58,58 @@ def test_base_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setenv("BACKINTEL_TPCH_SF", "big")
     with pytest.raises(ValueError, match="BACKINTEL_TPCH_SF"):
         scale_factor("base")
+
+
+def test_base_resolves_to_the_scale_factor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BACKINTEL_TPCH_SF", raising=False)
+    assert TpchWorld().resolve_snapshot("base") == "sf1"
+    assert TpchWorld().resolve_snapshot("sf10") == "sf10"
+    monkeypatch.setenv("BACKINTEL_TPCH_SF", "0.01")
+    assert TpchWorld().resolve_snapshot("base") == "sf0.01"
+    monkeypatch.setenv("BACKINTEL_TPCH_SF", "big")
+    with pytest.raises(ValueError, match="BACKINTEL_TPCH_SF"):
+        TpchWorld().resolve_snapshot("base")
+
+
+def test_committed_references_are_named_by_scale_factor() -> None:
+    names = sorted(p.name for p in REFERENCES_DIR.glob("tpch*.json"))
+    assert names == ["tpch-sf0.01.json", "tpch-sf1.json"]
+    for name in names:
+        doc = json.loads((REFERENCES_DIR / name).read_text())
+        assert f"tpch-{doc['snapshot']}.json" == name
+
+
+def test_reference_lookup_follows_the_scale_factor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A level-7 scenario bound to `base` reads `tpch-sf<sf>.json` for the SF in force."""
+    q6 = next(s for s in LEVEL7 if s.id == "l7-q6-forecast-revenue-change")
+    assert q6.dataset.snapshot == "base"
+    small = json.loads(references_path("tpch", SNAP).read_text())
+    monkeypatch.setenv("BACKINTEL_TPCH_SF", "0.01")
+    expected = small["references"][q6.id]["values"]
+    assert reference_for(q6, small["data_hash"]) == expected
+    monkeypatch.delenv("BACKINTEL_TPCH_SF")
+    with pytest.raises(StaleReferencesError, match=r"tpch-sf1\.json"):
+        reference_for(q6, small["data_hash"])  # SF1 references, other data
+    monkeypatch.setenv("BACKINTEL_TPCH_SF", "0.5")
+    with pytest.raises(StaleReferencesError, match=r"no references file .*tpch-sf0\.5\.json"):
+        reference_for(q6, small["data_hash"])
+
+
+def test_references_check_follows_the_scale_factor(
+    tiny: DatasetFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`references build --check` over level 7 passes for an SF whose references are committed
+    (reusing the tiny build) and says so, before building anything, for one without."""
+    data_root = tiny.parquet_dir.parent.parent.parent
+    level7 = DEFINITIONS_DIR / "level7"
+    monkeypatch.setenv("BACKINTEL_TPCH_SF", "0.01")
+    assert set(build_all(write=False, definitions=level7, data_root=data_root)) == {
+        "tpch-sf0.01.json"
+    }
+    monkeypatch.setenv("BACKINTEL_TPCH_SF", "0.02")
+    with pytest.raises(ReferencesOutOfDateError, match=r"no references are committed .*'sf0\.02'"):
+        build_all(write=False, definitions=level7, data_root=tmp_path)
+    assert not (tmp_path / "worlds").exists()
 
 
 def test_build_has_every_table_in_key_order(tiny: DatasetFiles) -> None:
