@@ -132,7 +132,8 @@ def find_scenarios(root: Path = DEFINITIONS_DIR) -> dict[str, tuple[Path, Scenar
     for path in sorted(root.rglob("*.scenario.yaml")):
         scenario = load_scenario_file(path)
         if scenario.id in found:
-            raise ScenarioFileError(path, [(1, "id", f"{scenario.id!r} is already defined in "
-                                                     f"{found[scenario.id][0]}")])
+            raise ScenarioFileError(
+                path, [(1, "id", f"{scenario.id!r} is already defined in {found[scenario.id][0]}")]
+            )
         found[scenario.id] = (path, scenario)
     return found

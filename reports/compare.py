@@ -152,8 +152,10 @@ def decide_suite(split: str, changes: list[CaseChange]) -> tuple[list[str], list
     if split in IMPROVEMENT_SPLITS and not any(c.change == "fixed" for c in changes):
         reasons.append("no improvement on the original cases: no case fixed")
         if all(c.baseline.passed for c in changes):
-            notes.append("the baseline already passes every original case, so no candidate "
-                         "can show the improvement this policy requires")
+            notes.append(
+                "the baseline already passes every original case, so no candidate "
+                "can show the improvement this policy requires"
+            )
     return reasons, notes
 
 

@@ -10,12 +10,18 @@ from pydantic import ValidationError
 from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
 
 names = st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True)
-values = st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False),
-                   st.text(max_size=20), st.none())
+values = st.one_of(
+    st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20), st.none()
+)
 metric = st.fixed_dictionaries({"name": names, "value": values, "unit": st.text(max_size=5)})
-evidence = st.fixed_dictionaries({"id": names, "kind": st.sampled_from(["sql", "python"]),
-                                  "code": st.text(min_size=1, max_size=50),
-                                  "metrics": st.lists(names, max_size=3)})
+evidence = st.fixed_dictionaries(
+    {
+        "id": names,
+        "kind": st.sampled_from(["sql", "python"]),
+        "code": st.text(min_size=1, max_size=50),
+        "metrics": st.lists(names, max_size=3),
+    }
+)
 
 
 @given(st.lists(metric, max_size=4), st.lists(evidence, max_size=3))
@@ -32,14 +38,17 @@ def test_refusal_round_trips() -> None:
     assert ref.missing == ["cost ledger"]
 
 
-@pytest.mark.parametrize("data", [
-    {"status": "maybe", "metrics": [], "evidence": []},
-    {"status": "answered", "metrics": [{"name": "x", "value": 1}], "evidence": [], "extra": 1},
-    {"status": "answered", "metrics": [{"name": "x", "value": {"a": 1}}], "evidence": []},
-    {"status": "answered", "metrics": [], "evidence": [{"id": "e", "kind": "r", "code": "x"}]},
-    {"status": "refused", "missing": [], "explanation": "x"},
-    {"metrics": []},
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"status": "maybe", "metrics": [], "evidence": []},
+        {"status": "answered", "metrics": [{"name": "x", "value": 1}], "evidence": [], "extra": 1},
+        {"status": "answered", "metrics": [{"name": "x", "value": {"a": 1}}], "evidence": []},
+        {"status": "answered", "metrics": [], "evidence": [{"id": "e", "kind": "r", "code": "x"}]},
+        {"status": "refused", "missing": [], "explanation": "x"},
+        {"metrics": []},
+    ],
+)
 def test_malformed_answers_are_rejected(data: dict) -> None:
     with pytest.raises(ValidationError):
         parse_answer(data)

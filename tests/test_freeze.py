@@ -19,8 +19,11 @@ def candidate(pytester: pytest.Pytester) -> Path:
     (pytester.path / "suite" / "reserved.json").write_text(json.dumps(manifest))
     pytester.makeini("[pytest]\nbackintel_manifests = suite/*.json\n")
     (pytester.path / ".gitignore").write_text("results/\n")
-    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t",
-                                                 "commit", "-qm", "candidate"]):
+    for cmd in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "candidate"],
+    ):
         subprocess.run(["git", *cmd], cwd=pytester.path, check=True)
     return pytester.path
 
@@ -68,7 +71,8 @@ def test_a_frozen_run_takes_the_reserved_suite_whole(
 
 def test_a_frozen_run_needs_a_clean_tree(pytester: pytest.Pytester, candidate: Path) -> None:
     (candidate / "suite" / "reserved.json").write_text(
-        (candidate / "suite" / "reserved.json").read_text() + "\n")
+        (candidate / "suite" / "reserved.json").read_text() + "\n"
+    )
     result = run(pytester, "--freeze")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--freeze needs a clean work tree*"])

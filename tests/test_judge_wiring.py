@@ -13,8 +13,9 @@ def test_judge_scores_are_recorded_uncalibrated_and_leave_outcomes_alone(
 ) -> None:
     results = pytester.path / "results"
     args = [str(DEFINITIONS_DIR / "level5"), "-m", "development", "--results-dir", str(results)]
-    judged = pytester.runpytest_subprocess(*args, "--judge-model", "test", "--run-id", "judged",
-                                           "--analyst", "perturbed")
+    judged = pytester.runpytest_subprocess(
+        *args, "--judge-model", "test", "--run-id", "judged", "--analyst", "perturbed"
+    )
     plain = pytester.runpytest_subprocess(*args, "--run-id", "plain", "--analyst", "perturbed")
     judged_records = [json.loads(x) for x in (results / "judged" / "records.jsonl").open()]
     plain_records = [json.loads(x) for x in (results / "plain" / "records.jsonl").open()]
@@ -29,8 +30,13 @@ def test_judge_scores_are_recorded_uncalibrated_and_leave_outcomes_alone(
 
 
 def test_a_judge_of_the_analysts_family_is_refused(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess(str(DEFINITIONS_DIR / "level1"), "--model",
-                                           "openai:gpt-5.1", "--judge-model", "openai:gpt-4o",
-                                           "--collect-only")
+    result = pytester.runpytest_subprocess(
+        str(DEFINITIONS_DIR / "level1"),
+        "--model",
+        "openai:gpt-5.1",
+        "--judge-model",
+        "openai:gpt-4o",
+        "--collect-only",
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--judge-model*"])

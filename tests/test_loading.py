@@ -58,13 +58,16 @@ def test_a_good_file_loads(tmp_path: Path) -> None:
     assert load_scenario_file(write(tmp_path, GOOD)).id == "delivered"
 
 
-@pytest.mark.parametrize(("change", "line", "field", "words"), [
-    (("family: counts", "family: counts\ncolour: red"), 10, "colour", "unknown field; allowed"),
-    (("level: 1", "level: one"), 8, "level", "valid integer"),
-    (("    kind: count\n", ""), 13, "metrics[0].kind", "required field is missing"),
-    (("kind: count", "kind: percent"), 14, "metrics[0].kind", "'count', 'currency'"),
-    (("split: development", "split: dev"), 7, "split", "'development', 'reserved'"),
-])
+@pytest.mark.parametrize(
+    ("change", "line", "field", "words"),
+    [
+        (("family: counts", "family: counts\ncolour: red"), 10, "colour", "unknown field; allowed"),
+        (("level: 1", "level: one"), 8, "level", "valid integer"),
+        (("    kind: count\n", ""), 13, "metrics[0].kind", "required field is missing"),
+        (("kind: count", "kind: percent"), 14, "metrics[0].kind", "'count', 'currency'"),
+        (("split: development", "split: dev"), 7, "split", "'development', 'reserved'"),
+    ],
+)
 def test_bad_files_name_file_line_field_and_what_is_allowed(
     tmp_path: Path, change: tuple[str, str], line: int, field: str, words: str
 ) -> None:

@@ -18,8 +18,17 @@ def run_bench(
 ) -> tuple[pytest.RunResult, list[dict]]:
     results = pytester.path / "results"
     outcome = pytester.runpytest_subprocess(
-        str(DEFINITIONS_DIR), "-m", select, "--results-dir", str(results),
-        "--run-id", run_id, "-p", "no:cacheprovider", *args)
+        str(DEFINITIONS_DIR),
+        "-m",
+        select,
+        "--results-dir",
+        str(results),
+        "--run-id",
+        run_id,
+        "-p",
+        "no:cacheprovider",
+        *args,
+    )
     records_file = results / run_id / "records.jsonl"
     records = [json.loads(line) for line in records_file.read_text().splitlines()]
     return outcome, records
@@ -38,7 +47,8 @@ def test_reference_analyst_passes_every_development_scenario(pytester: pytest.Py
     run = json.loads((pytester.path / "results" / "run" / "run.json").read_text())
     assert run["analyst"]["calibration"] is True
     assert run["outcomes"] == {"pass": len(SCENARIOS)}
-    assert run["scenario_hash"] and run["data_hashes"]["olist"]
+    assert run["scenario_hash"]
+    assert run["data_hashes"]["olist"]
 
 
 def test_refuse_all_passes_exactly_the_unanswerable_scenarios(pytester: pytest.Pytester) -> None:
@@ -50,10 +60,13 @@ def test_refuse_all_passes_exactly_the_unanswerable_scenarios(pytester: pytest.P
     result.assert_outcomes(passed=len(UNANSWERABLE), failed=len(ANSWERABLE))
 
 
-@pytest.mark.parametrize(("analyst", "answerable_outcome"), [
-    ("perturbed", "wrong_value"),
-    ("unsupported", "unsupported_evidence"),
-])
+@pytest.mark.parametrize(
+    ("analyst", "answerable_outcome"),
+    [
+        ("perturbed", "wrong_value"),
+        ("unsupported", "unsupported_evidence"),
+    ],
+)
 def test_calibration_analysts_fail_exactly_as_designed(
     pytester: pytest.Pytester, analyst: str, answerable_outcome: str
 ) -> None:
@@ -70,18 +83,21 @@ def test_calibration_analysts_fail_exactly_as_designed(
 
 def test_xdist_collects_the_same_items_with_the_same_outcomes(pytester: pytest.Pytester) -> None:
     select = "development and (level1 or level2)"
-    _, serial_records = run_bench(pytester, "--analyst", "perturbed", run_id="serial",
-                                  select=select)
-    _, parallel_records = run_bench(pytester, "--analyst", "perturbed", "-n", "2",
-                                    run_id="parallel", select=select)
+    _, serial_records = run_bench(
+        pytester, "--analyst", "perturbed", run_id="serial", select=select
+    )
+    _, parallel_records = run_bench(
+        pytester, "--analyst", "perturbed", "-n", "2", run_id="parallel", select=select
+    )
     key = [(r["nodeid"], r["outcome"]) for r in serial_records]
     assert key == [(r["nodeid"], r["outcome"]) for r in parallel_records]
     assert {r["worker"] for r in parallel_records} == {"gw0", "gw1"}
 
 
 def test_trials_multiply_items_with_stable_ids(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess(str(DEFINITIONS_DIR), "-m", SELECTION,
-                                           "--trials", "2", "--collect-only", "-q")
+    result = pytester.runpytest_subprocess(
+        str(DEFINITIONS_DIR), "-m", SELECTION, "--trials", "2", "--collect-only", "-q"
+    )
     ids = [line for line in result.stdout.lines if "::" in line]
     assert len(ids) == 2 * len(SCENARIOS)
     assert len(set(ids)) == len(ids), "every trial has its own node id"
@@ -125,4 +141,3 @@ def test_records_are_kept_per_trial_for_audit(pytester: pytest.Pytester) -> None
         assert record["messages"], "the message history is recorded"
         if record["answerable"]:
             assert all(ev["reproduced"] for ev in record["evidence"])
-

@@ -12,29 +12,60 @@ from pytest_backintel.outcomes import Outcome
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring import names_concept, score_answer
 
-ANSWERABLE = Scenario.model_validate({
-    "id": "demo", "version": 1, "title": "t", "question": "q", "dataset": {"world": "olist"},
-    "split": "development", "level": 1, "family": "counts", "answerable": True,
-    "check_sql": "SELECT 1", "metrics": [
-        {"name": "orders", "kind": "count", "unit": "orders"},
-        {"name": "revenue", "kind": "currency", "unit": "BRL"},
-    ],
-})
-UNANSWERABLE = Scenario.model_validate({
-    "id": "profit", "version": 1, "title": "t", "question": "q", "dataset": {"world": "olist"},
-    "split": "development", "level": 3, "family": "profit", "answerable": False,
-    "refusal": {"must_name": [["cost", "expense", "cost ledger"]],
-                "forbidden_metric": "net_profit", "conditions": "no cost data"},
-})
+ANSWERABLE = Scenario.model_validate(
+    {
+        "id": "demo",
+        "version": 1,
+        "title": "t",
+        "question": "q",
+        "dataset": {"world": "olist"},
+        "split": "development",
+        "level": 1,
+        "family": "counts",
+        "answerable": True,
+        "check_sql": "SELECT 1",
+        "metrics": [
+            {"name": "orders", "kind": "count", "unit": "orders"},
+            {"name": "revenue", "kind": "currency", "unit": "BRL"},
+        ],
+    }
+)
+UNANSWERABLE = Scenario.model_validate(
+    {
+        "id": "profit",
+        "version": 1,
+        "title": "t",
+        "question": "q",
+        "dataset": {"world": "olist"},
+        "split": "development",
+        "level": 3,
+        "family": "profit",
+        "answerable": False,
+        "refusal": {
+            "must_name": [["cost", "expense", "cost ledger"]],
+            "forbidden_metric": "net_profit",
+            "conditions": "no cost data",
+        },
+    }
+)
 REFERENCE = {"orders": 12, "revenue": 1234.5}
 
 
-def answer(orders: Any = 12, revenue: Any = 1234.5, extra: list[MetricValue] | None = None,
-           cite: tuple[str, ...] = ("orders", "revenue")) -> AnalystAnswer:
-    metrics = [MetricValue(name="orders", value=orders, unit="orders"),
-               MetricValue(name="revenue", value=revenue, unit="BRL"), *(extra or [])]
-    return AnalystAnswer(metrics=metrics, evidence=[
-        Evidence(id="e1", kind="sql", code="SELECT ...", metrics=list(cite))])
+def answer(
+    orders: Any = 12,
+    revenue: Any = 1234.5,
+    extra: list[MetricValue] | None = None,
+    cite: tuple[str, ...] = ("orders", "revenue"),
+) -> AnalystAnswer:
+    metrics = [
+        MetricValue(name="orders", value=orders, unit="orders"),
+        MetricValue(name="revenue", value=revenue, unit="BRL"),
+        *(extra or []),
+    ]
+    return AnalystAnswer(
+        metrics=metrics,
+        evidence=[Evidence(id="e1", kind="sql", code="SELECT ...", metrics=list(cite))],
+    )
 
 
 def reproduced(ans: AnalystAnswer, ok: bool = True) -> list[EvidenceResult]:
@@ -51,24 +82,30 @@ def test_right_answer_passes() -> None:
     assert score_answer(ANSWERABLE, ans, reproduced(ans), REFERENCE).outcome is Outcome.PASS
 
 
-@pytest.mark.parametrize(("ans", "outcome"), [
-    (answer(orders=13), Outcome.WRONG_VALUE),
-    (answer(revenue=-1234.5), Outcome.WRONG_VALUE),
-    (answer(revenue=1234.506), Outcome.WRONG_VALUE),
-    (answer(orders="12"), Outcome.WRONG_VALUE),
-    (answer(orders=None), Outcome.MISSING_METRIC),
-    (answer(extra=[MetricValue(name="orders", value=12)]), Outcome.DUPLICATE_METRIC),
-    (answer(cite=("orders",)), Outcome.UNSUPPORTED_EVIDENCE),
-])
+@pytest.mark.parametrize(
+    ("ans", "outcome"),
+    [
+        (answer(orders=13), Outcome.WRONG_VALUE),
+        (answer(revenue=-1234.5), Outcome.WRONG_VALUE),
+        (answer(revenue=1234.506), Outcome.WRONG_VALUE),
+        (answer(orders="12"), Outcome.WRONG_VALUE),
+        (answer(orders=None), Outcome.MISSING_METRIC),
+        (answer(extra=[MetricValue(name="orders", value=12)]), Outcome.DUPLICATE_METRIC),
+        (answer(cite=("orders",)), Outcome.UNSUPPORTED_EVIDENCE),
+    ],
+)
 def test_wrong_answers_fail_with_their_outcome(ans: AnalystAnswer, outcome: Outcome) -> None:
     assert score_answer(ANSWERABLE, ans, reproduced(ans), REFERENCE).outcome is outcome
 
 
 def test_missing_metric() -> None:
-    ans = AnalystAnswer(metrics=[MetricValue(name="orders", value=12)], evidence=[
-        Evidence(id="e1", kind="sql", code="x", metrics=["orders"])])
-    assert score_answer(ANSWERABLE, ans, reproduced(ans), REFERENCE).outcome \
-        is Outcome.MISSING_METRIC
+    ans = AnalystAnswer(
+        metrics=[MetricValue(name="orders", value=12)],
+        evidence=[Evidence(id="e1", kind="sql", code="x", metrics=["orders"])],
+    )
+    assert (
+        score_answer(ANSWERABLE, ans, reproduced(ans), REFERENCE).outcome is Outcome.MISSING_METRIC
+    )
 
 
 def test_evidence_that_does_not_reproduce_is_unsupported() -> None:
@@ -82,8 +119,7 @@ def test_evidence_that_fails_to_run_is_unsupported() -> None:
     ans = answer()
     results = reproduced(ans)
     results[0].error, results[0].ran, results[0].reproduced = "no such table", False, {}
-    assert score_answer(ANSWERABLE, ans, results, REFERENCE).outcome \
-        is Outcome.UNSUPPORTED_EVIDENCE
+    assert score_answer(ANSWERABLE, ans, results, REFERENCE).outcome is Outcome.UNSUPPORTED_EVIDENCE
 
 
 def test_refusing_an_answerable_question_is_a_false_refusal() -> None:
@@ -103,14 +139,17 @@ def test_answering_an_unanswerable_question_invents_a_value() -> None:
     assert score_answer(UNANSWERABLE, invented, [], {}).outcome is Outcome.INVENTED_VALUE
 
 
-@pytest.mark.parametrize(("text", "named"), [
-    ("The cost ledger is absent", True),
-    ("no COSTS were exported", True),
-    ("Expenses are not available", True),
-    ("costume data", False),
-    ("accosted", False),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("The cost ledger is absent", True),
+        ("no COSTS were exported", True),
+        ("Expenses are not available", True),
+        ("costume data", False),
+        ("accosted", False),
+        ("", False),
+    ],
+)
 def test_concepts_match_whole_words(text: str, named: bool) -> None:
     assert names_concept(text, ["cost", "expense", "cost ledger"]) is named
 

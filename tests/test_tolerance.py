@@ -10,7 +10,7 @@ from pytest_backintel.scenario import ColumnSpec, MetricKind, MetricSpec
 from pytest_backintel.tolerance import compare_metric, compare_scalar
 
 finite = st.floats(min_value=-1e9, max_value=1e9, allow_nan=False, allow_infinity=False)
-cents = st.integers(min_value=-10**11, max_value=10**11)
+cents = st.integers(min_value=-(10**11), max_value=10**11)
 
 
 @given(cents)
@@ -30,7 +30,7 @@ def test_ratio_six_decimals_of_a_recurring_fraction_pass(num: int, den: int) -> 
     assert compare_scalar("duration", exact, round(exact, 6)).ok
 
 
-@given(st.integers(min_value=-10**12, max_value=10**12))
+@given(st.integers(min_value=-(10**12), max_value=10**12))
 def test_counts_are_exact(n: int) -> None:
     assert compare_scalar("count", n, n).ok
     assert compare_scalar("count", n, float(n)).ok if abs(n) < 2**53 else True
@@ -64,7 +64,10 @@ def test_text_normalisation_is_only_what_is_declared() -> None:
 
 
 TABLE = MetricSpec(
-    name="by_status", kind=MetricKind.TABLE, unit="orders", key=["status"],
+    name="by_status",
+    kind=MetricKind.TABLE,
+    unit="orders",
+    key=["status"],
     columns=[ColumnSpec(name="status", kind="text"), ColumnSpec(name="orders", kind="count")],
 )
 ROWS = [{"status": "delivered", "orders": 10}, {"status": "canceled", "orders": 2}]
@@ -74,14 +77,17 @@ def test_tables_compare_by_key_regardless_of_order() -> None:
     assert compare_metric(TABLE, ROWS, list(reversed(ROWS))).ok
 
 
-@pytest.mark.parametrize("bad", [
-    ROWS[:1],
-    [*ROWS, {"status": "shipped", "orders": 1}],
-    [{"status": "delivered", "orders": 11}, ROWS[1]],
-    [{"status": "delivered"}, ROWS[1]],
-    [ROWS[0], ROWS[0]],
-    "delivered 10, canceled 2",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ROWS[:1],
+        [*ROWS, {"status": "shipped", "orders": 1}],
+        [{"status": "delivered", "orders": 11}, ROWS[1]],
+        [{"status": "delivered"}, ROWS[1]],
+        [ROWS[0], ROWS[0]],
+        "delivered 10, canceled 2",
+    ],
+)
 def test_tables_reject_any_row_difference(bad: object) -> None:
     assert not compare_metric(TABLE, ROWS, bad).ok
 
