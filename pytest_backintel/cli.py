@@ -99,9 +99,13 @@ def _split_build(args: argparse.Namespace) -> int:
 
 
 def _references_build(args: argparse.Namespace) -> int:
-    from scenarios.references import build_all
+    from scenarios.references import ReferenceError, build_all
 
-    build_all(write=not args.check)
+    try:
+        build_all(write=not args.check)
+    except ReferenceError as exc:
+        print(f"backintel references build: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -23,7 +23,15 @@ from typing import Any, Literal
 from pytest_backintel.sandbox.base import ExecResult, SandboxError
 from pytest_backintel.sandbox.limits import Limits, Observed, classify
 
-__all__ = ["OutputBuffer", "PidsCgroup", "RawRun", "run_launcher", "to_result", "truncate_marker"]
+__all__ = [
+    "OutputBuffer",
+    "PidsCgroup",
+    "RawRun",
+    "run_confined",
+    "run_launcher",
+    "to_result",
+    "truncate_marker",
+]
 
 _GRACE_S = 0.5
 """How long output is still collected after the launcher reported the payload's end."""
@@ -64,6 +72,12 @@ class PidsCgroup:
         except OSError:
             return None
         return cls(path)
+
+    @classmethod
+    def usable(cls) -> bool:
+        """Whether runs here can be confined in a pids cgroup; removes stale leaves first."""
+        cls.sweep_stale()
+        return cls.base() is not None
 
     @classmethod
     def sweep_stale(cls) -> None:
@@ -276,6 +290,38 @@ def run_launcher(
         pids_limit_hit=cgroup.limit_hit() if cgroup is not None else False,
         launcher_started=started,
     )
+
+
+def run_confined(
+    argv: Sequence[str],
+    *,
+    code: str | None,
+    limits: Limits,
+    env: dict[str, str] | None,
+    cwd: Path | None,
+    status_fd: int,
+    status_read: int,
+    cgroup_mode: bool,
+) -> ExecResult:
+    """`run_launcher` in a fresh pids cgroup (when `cgroup_mode`, killed and removed after),
+    its raw run turned into an `ExecResult`."""
+    cgroup = PidsCgroup.create(limits.max_processes) if cgroup_mode else None
+    try:
+        raw = run_launcher(
+            argv,
+            code=code,
+            limits=limits,
+            env=env,
+            cwd=cwd,
+            status_fd=status_fd,
+            status_read=status_read,
+            cgroup=cgroup,
+        )
+    finally:
+        if cgroup is not None:
+            cgroup.kill_all()
+            cgroup.remove()
+    return to_result(raw, limits)
 
 
 def _parse_status(data: bytes) -> dict[str, Any] | None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import shutil
 import sys
 import sysconfig
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from pytest_backintel.sandbox.base import WORKSPACE
+from pytest_backintel.sandbox.base import WORKSPACE, store_inside
 from pytest_backintel.sandbox.limits import Limits
 
 __all__ = [
@@ -16,6 +18,8 @@ __all__ = [
     "SANDBOX_GID",
     "SANDBOX_UID",
     "SITE_INSIDE",
+    "isolated_env",
+    "launcher_spec",
     "python_paths",
     "sandbox_env",
     "write_shipped",
@@ -88,3 +92,28 @@ def sandbox_env(
     if store is not None:
         env["BACKINTEL_STORE"] = store
     return env
+
+
+def isolated_env(limits: Limits, store: Path | None) -> dict[str, str]:
+    """`sandbox_env` for an isolating backend, with its fixed paths inside the sandbox."""
+    return sandbox_env(
+        limits,
+        store=store_inside(store),
+        workspace=WORKSPACE,
+        tmp="/tmp",
+        lib=LIB_INSIDE,
+        site=SITE_INSIDE,
+        path=f"{BIN_INSIDE}:/usr/bin:/bin",
+    )
+
+
+def launcher_spec(
+    limits: Limits, *, nproc: bool, python: Path, status: str, argv: Sequence[str]
+) -> dict[str, Any]:
+    """What `_launcher.py` reads: rlimits, the interpreter, its status file, the payload argv."""
+    return {
+        "rlimits": limits.rlimits(nproc=nproc),
+        "python": str(python),
+        "status": status,
+        "argv": list(argv),
+    }

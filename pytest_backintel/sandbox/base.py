@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Protocol, Self
 
 from pytest_backintel.sandbox.limits import LimitHit, Limits
 
@@ -22,11 +22,13 @@ __all__ = [
     "STORE_DIR",
     "WORKSPACE",
     "ExecResult",
+    "ProviderSandbox",
     "Sandbox",
     "SandboxError",
     "SandboxPathError",
     "SandboxProvider",
     "SandboxUnavailable",
+    "store_inside",
 ]
 
 WORKSPACE = "/workspace"
@@ -35,6 +37,11 @@ STORE_DIR = "/data/store"
 """The store is mounted read-only at STORE_DIR/<its file or folder name>."""
 
 _MAX_READ = 16 * 1024 * 1024
+
+
+def store_inside(store: Path | None) -> str | None:
+    """Where an isolating sandbox mounts `store`: STORE_DIR/<its name> (None: no store)."""
+    return None if store is None else f"{STORE_DIR}/{store.name}"
 
 
 class SandboxError(Exception):
@@ -173,6 +180,32 @@ class Sandbox(ABC):
         self.close()
 
 
+class SandboxRunner(Protocol):
+    """What a `ProviderSandbox` runs through: one execution over a workspace and a store."""
+
+    def run(
+        self, cmd: str | Sequence[str], *, workspace: Path, store: Path | None, limits: Limits
+    ) -> ExecResult: ...
+
+
+class ProviderSandbox(Sandbox):
+    """A sandbox whose every `exec` is one `provider.run` over the same workspace and store."""
+
+    def __init__(
+        self, provider: SandboxRunner, workspace: Path, store: Path | None, limits: Limits
+    ) -> None:
+        super().__init__(workspace, limits)
+        self._provider = provider
+        self._store = store
+
+    @property
+    def store_path(self) -> str | None:
+        return store_inside(self._store)
+
+    def _exec(self, cmd: str | Sequence[str], limits: Limits) -> ExecResult:
+        return self._provider.run(cmd, workspace=self.workspace, store=self._store, limits=limits)
+
+
 class SandboxProvider(ABC):
     """A backend, set up once per session, opening one `Sandbox` per item."""
 
@@ -217,6 +250,13 @@ class SandboxProvider(ABC):
         The workspace is a new folder under `workdir` (default: the session folder), removed when
         the sandbox closes.
         """
+
+    def _mount(self, store_mount: Path | None) -> Path | None:
+        """`store_mount` resolved; raises before setup_session or when it does not exist."""
+        self.session_dir  # noqa: B018 - raises when setup_session was not called
+        if store_mount is not None and not store_mount.exists():
+            raise SandboxError(f"store to mount does not exist: {store_mount}")
+        return store_mount.resolve() if store_mount is not None else None
 
     def _new_workspace(self, workdir: Path | None) -> Path:
         parent = workdir if workdir is not None else self.session_dir

@@ -18,25 +18,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pytest_backintel.sandbox._process import PidsCgroup, run_launcher, to_result
+from pytest_backintel.sandbox._process import PidsCgroup, run_confined
 from pytest_backintel.sandbox._shipped import (
     BIN_INSIDE,
     LIB_INSIDE,
     SANDBOX_GID,
     SANDBOX_UID,
     SITE_INSIDE,
+    isolated_env,
+    launcher_spec,
     python_paths,
-    sandbox_env,
     write_shipped,
 )
 from pytest_backintel.sandbox.base import (
-    STORE_DIR,
     WORKSPACE,
     ExecResult,
-    Sandbox,
-    SandboxError,
+    ProviderSandbox,
     SandboxProvider,
     SandboxUnavailable,
+    store_inside,
 )
 from pytest_backintel.sandbox.limits import Limits
 
@@ -74,22 +74,8 @@ def _root_args(base: Path, interpreter: Path, site: Path, shipped: Path) -> list
     return args
 
 
-class BwrapSandbox(Sandbox):
+class BwrapSandbox(ProviderSandbox):
     """One item's bubblewrap sandbox; every `exec` is a new bwrap over the same workspace."""
-
-    def __init__(
-        self, provider: BwrapProvider, workspace: Path, store: Path | None, limits: Limits
-    ) -> None:
-        super().__init__(workspace, limits)
-        self._provider = provider
-        self._store = store
-
-    @property
-    def store_path(self) -> str | None:
-        return None if self._store is None else f"{STORE_DIR}/{self._store.name}"
-
-    def _exec(self, cmd: str | Sequence[str], limits: Limits) -> ExecResult:
-        return self._provider.run(cmd, workspace=self.workspace, store=self._store, limits=limits)
 
 
 class BwrapProvider(SandboxProvider):
@@ -121,17 +107,13 @@ class BwrapProvider(SandboxProvider):
                 "user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone=1, "
                 "or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0)"
             )
-        self.cgroup_mode = PidsCgroup.base() is not None
-        PidsCgroup.sweep_stale()
+        self.cgroup_mode = PidsCgroup.usable()
 
     def _root_base(self) -> list[str]:
         return _root_args(self._base, self._interpreter, self._site, self._shipped)
 
     def open(self, store_mount: Path | None, workdir: Path | None = None) -> BwrapSandbox:
-        self.session_dir  # noqa: B018 - raises when setup_session was not called
-        if store_mount is not None and not store_mount.exists():
-            raise SandboxError(f"store to mount does not exist: {store_mount}")
-        store = store_mount.resolve() if store_mount is not None else None
+        store = self._mount(store_mount)
         return BwrapSandbox(self, self._new_workspace(workdir), store, self.limits)
 
     def argv(
@@ -144,17 +126,7 @@ class BwrapProvider(SandboxProvider):
         payload: Sequence[str] = (),
     ) -> list[str]:
         """The full bwrap command line of one execution (empty payload: code on stdin)."""
-        store_inside = None if store is None else f"{STORE_DIR}/{store.name}"
-        path = f"{BIN_INSIDE}:/usr/bin:/bin"
-        env = sandbox_env(
-            limits,
-            store=store_inside,
-            workspace=WORKSPACE,
-            tmp="/tmp",
-            lib=LIB_INSIDE,
-            site=SITE_INSIDE,
-            path=path,
-        )
+        mount = store_inside(store)
         args = [self._exe, "--unshare-all", "--die-with-parent", "--new-session"]
         args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox"]
         args += ["--unshare-user", "--disable-userns"]
@@ -162,17 +134,18 @@ class BwrapProvider(SandboxProvider):
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--size", str(limits.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
         args += ["--bind", str(workspace), WORKSPACE]
-        if store is not None and store_inside is not None:
-            args += ["--ro-bind", str(store), store_inside]
+        if store is not None and mount is not None:
+            args += ["--ro-bind", str(store), mount]
         args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
-        for key, value in sorted(env.items()):
+        for key, value in sorted(isolated_env(limits, store).items()):
             args += ["--setenv", key, value]
-        spec = {
-            "rlimits": limits.rlimits(nproc=not self.cgroup_mode),
-            "python": str(self._interpreter),
-            "status": _STATUS_FD_INSIDE.format(fd=status_fd),
-            "argv": list(payload),
-        }
+        spec = launcher_spec(
+            limits,
+            nproc=not self.cgroup_mode,
+            python=self._interpreter,
+            status=_STATUS_FD_INSIDE.format(fd=status_fd),
+            argv=payload,
+        )
         launcher = [str(self._interpreter), "-I", "-S", f"{LIB_INSIDE}/_launcher.py"]
         return [*args, "--", *launcher, _json(spec)]
 
@@ -185,23 +158,16 @@ class BwrapProvider(SandboxProvider):
         argv = self.argv(
             workspace=workspace, store=store, limits=limits, status_fd=write_fd, payload=payload
         )
-        cgroup = PidsCgroup.create(limits.max_processes) if self.cgroup_mode else None
-        try:
-            raw = run_launcher(
-                argv,
-                code=cmd if isinstance(cmd, str) else None,
-                limits=limits,
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                cwd=None,
-                status_fd=write_fd,
-                status_read=read_fd,
-                cgroup=cgroup,
-            )
-        finally:
-            if cgroup is not None:
-                cgroup.kill_all()
-                cgroup.remove()
-        return to_result(raw, limits)
+        return run_confined(
+            argv,
+            code=cmd if isinstance(cmd, str) else None,
+            limits=limits,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            cwd=None,
+            status_fd=write_fd,
+            status_read=read_fd,
+            cgroup_mode=self.cgroup_mode,
+        )
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()

@@ -27,15 +27,16 @@ from pytest_backintel.sandbox._shipped import (
     SANDBOX_GID,
     SANDBOX_UID,
     SITE_INSIDE,
+    isolated_env,
+    launcher_spec,
     python_paths,
-    sandbox_env,
     write_shipped,
 )
 from pytest_backintel.sandbox.base import (
     STORE_DIR,
     WORKSPACE,
     ExecResult,
-    Sandbox,
+    ProviderSandbox,
     SandboxError,
     SandboxProvider,
     SandboxUnavailable,
@@ -58,20 +59,8 @@ def _docker_module() -> Any:
         ) from exc
 
 
-class DockerSandbox(Sandbox):
-    def __init__(
-        self, provider: DockerProvider, workspace: Path, store: Path | None, limits: Limits
-    ) -> None:
-        super().__init__(workspace, limits)
-        self._provider = provider
-        self._store = store
-
-    @property
-    def store_path(self) -> str | None:
-        return None if self._store is None else f"{STORE_DIR}/{self._store.name}"
-
-    def _exec(self, cmd: str | Sequence[str], limits: Limits) -> ExecResult:
-        return self._provider.run(cmd, workspace=self.workspace, store=self._store, limits=limits)
+class DockerSandbox(ProviderSandbox):
+    """One item's docker sandbox; every `exec` is a new container over the same workspace."""
 
 
 class DockerProvider(SandboxProvider):
@@ -103,12 +92,9 @@ class DockerProvider(SandboxProvider):
         self._shipped = write_shipped(self.session_dir / "shipped", self._interpreter)
 
     def open(self, store_mount: Path | None, workdir: Path | None = None) -> DockerSandbox:
-        self.session_dir  # noqa: B018 - raises when setup_session was not called
-        if store_mount is not None and not store_mount.exists():
-            raise SandboxError(f"store to mount does not exist: {store_mount}")
+        store = self._mount(store_mount)
         workspace = self._new_workspace(workdir)
         workspace.chmod(0o777)  # the container user (65534) writes here
-        store = store_mount.resolve() if store_mount is not None else None
         return DockerSandbox(self, workspace, store, self.limits)
 
     def _volumes(self, workspace: Path, store: Path | None, run_dir: Path) -> dict[str, Any]:
@@ -150,21 +136,12 @@ class DockerProvider(SandboxProvider):
             payload = [str(self._interpreter), "-s", f"{_RUN_INSIDE}/cell.py"]
         else:
             payload = list(cmd)
-        spec = {
-            "rlimits": limits.rlimits(nproc=False),
-            "python": str(self._interpreter),
-            "status": f"{_RUN_INSIDE}/status.json",
-            "argv": payload,
-        }
-        store_inside = None if store is None else f"{STORE_DIR}/{store.name}"
-        env = sandbox_env(
+        spec = launcher_spec(
             limits,
-            store=store_inside,
-            workspace=WORKSPACE,
-            tmp="/tmp",
-            lib=LIB_INSIDE,
-            site=SITE_INSIDE,
-            path=f"{BIN_INSIDE}:/usr/bin:/bin",
+            nproc=False,
+            python=self._interpreter,
+            status=f"{_RUN_INSIDE}/status.json",
+            argv=payload,
         )
         command = [str(self._interpreter), "-I", "-S", f"{LIB_INSIDE}/_launcher.py"]
         start = time.monotonic()
@@ -174,7 +151,7 @@ class DockerProvider(SandboxProvider):
                 command=[*command, json.dumps(spec)],
                 user=f"{SANDBOX_UID}:{SANDBOX_GID}",
                 working_dir=WORKSPACE,
-                environment=env,
+                environment=isolated_env(limits, store),
                 network_mode="none",
                 read_only=True,
                 cap_drop=["ALL"],

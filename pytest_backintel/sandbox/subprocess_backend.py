@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from pytest_backintel.sandbox._process import PidsCgroup, run_launcher, to_result
-from pytest_backintel.sandbox._shipped import python_paths, sandbox_env, write_shipped
-from pytest_backintel.sandbox.base import (
-    ExecResult,
-    Sandbox,
-    SandboxError,
-    SandboxProvider,
+from pytest_backintel.sandbox._process import PidsCgroup, run_confined
+from pytest_backintel.sandbox._shipped import (
+    launcher_spec,
+    python_paths,
+    sandbox_env,
+    write_shipped,
 )
+from pytest_backintel.sandbox.base import ExecResult, ProviderSandbox, SandboxProvider
 from pytest_backintel.sandbox.limits import Limits
 
 __all__ = ["UNSAFE_WARNING", "SubprocessProvider", "SubprocessSandbox"]
@@ -33,13 +33,8 @@ UNSAFE_WARNING = (
 )
 
 
-class SubprocessSandbox(Sandbox):
-    def __init__(
-        self, provider: SubprocessProvider, workspace: Path, store: Path | None, limits: Limits
-    ) -> None:
-        super().__init__(workspace, limits)
-        self._provider = provider
-        self._store = store
+class SubprocessSandbox(ProviderSandbox):
+    """The store and workspace are seen at their host paths."""
 
     @property
     def store_path(self) -> str | None:
@@ -48,9 +43,6 @@ class SubprocessSandbox(Sandbox):
     @property
     def workspace_inside(self) -> str:
         return str(self.workspace)
-
-    def _exec(self, cmd: str | Sequence[str], limits: Limits) -> ExecResult:
-        return self._provider.run(cmd, workspace=self.workspace, store=self._store, limits=limits)
 
 
 class SubprocessProvider(SandboxProvider):
@@ -65,14 +57,10 @@ class SubprocessProvider(SandboxProvider):
         # The harness's own (venv) interpreter: it does not load the base install's .pth files.
         self._interpreter = Path(sys.executable)
         self._shipped = write_shipped(self.session_dir / "shipped", self._interpreter)
-        self.cgroup_mode = PidsCgroup.base() is not None
-        PidsCgroup.sweep_stale()
+        self.cgroup_mode = PidsCgroup.usable()
 
     def open(self, store_mount: Path | None, workdir: Path | None = None) -> SubprocessSandbox:
-        self.session_dir  # noqa: B018 - raises when setup_session was not called
-        if store_mount is not None and not store_mount.exists():
-            raise SandboxError(f"store to mount does not exist: {store_mount}")
-        store = store_mount.resolve() if store_mount is not None else None
+        store = self._mount(store_mount)
         return SubprocessSandbox(self, self._new_workspace(workdir), store, self.limits)
 
     def run(
@@ -90,28 +78,22 @@ class SubprocessProvider(SandboxProvider):
             path=f"{self._shipped / 'bin'}:/usr/bin:/bin",
         )
         read_fd, write_fd = os.pipe()
-        spec = {
-            "rlimits": limits.rlimits(nproc=not self.cgroup_mode),
-            "python": str(self._interpreter),
-            "status": f"/dev/fd/{write_fd}",
-            "argv": [] if isinstance(cmd, str) else list(cmd),
-        }
+        spec = launcher_spec(
+            limits,
+            nproc=not self.cgroup_mode,
+            python=self._interpreter,
+            status=f"/dev/fd/{write_fd}",
+            argv=() if isinstance(cmd, str) else cmd,
+        )
         launcher = str(self._shipped / "lib" / "_launcher.py")
         argv = [str(self._interpreter), "-I", "-S", launcher, json.dumps(spec)]
-        cgroup = PidsCgroup.create(limits.max_processes) if self.cgroup_mode else None
-        try:
-            raw = run_launcher(
-                argv,
-                code=cmd if isinstance(cmd, str) else None,
-                limits=limits,
-                env=env,
-                cwd=workspace,
-                status_fd=write_fd,
-                status_read=read_fd,
-                cgroup=cgroup,
-            )
-        finally:
-            if cgroup is not None:
-                cgroup.kill_all()
-                cgroup.remove()
-        return to_result(raw, limits)
+        return run_confined(
+            argv,
+            code=cmd if isinstance(cmd, str) else None,
+            limits=limits,
+            env=env,
+            cwd=workspace,
+            status_fd=write_fd,
+            status_read=read_fd,
+            cgroup_mode=self.cgroup_mode,
+        )
