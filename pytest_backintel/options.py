@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -13,6 +15,8 @@ from pytest_backintel.budget import RunLimits
 from pytest_backintel.sandbox.registry import default_sandbox
 
 __all__ = ["BenchOptions", "add_options", "read_options"]
+
+N = TypeVar("N", int, float)
 
 CALIBRATION_ANALYSTS = ("reference", "refuse-all", "perturbed", "unsupported")
 
@@ -39,34 +43,27 @@ class BenchOptions:
     """`--judge-model`: scores the narrative separately, uncalibrated; never the outcome."""
 
 
-def positive_int(value: str) -> int:
+def _number(value: str, parse: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
+    """`value` parsed by `parse` and accepted by `ok`, else a UsageError naming `expected`."""
     try:
-        number = int(value)
+        number: N | None = parse(value)
     except ValueError:
-        number = 0
-    if number < 1:
-        raise pytest.UsageError(f"expected a whole number of at least 1, got {value!r}")
+        number = None
+    if number is None or not ok(number):
+        raise pytest.UsageError(f"expected {expected}, got {value!r}")
     return number
+
+
+def positive_int(value: str) -> int:
+    return _number(value, int, lambda n: n >= 1, "a whole number of at least 1")
 
 
 def positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = 0.0
-    if not number > 0:
-        raise pytest.UsageError(f"expected a positive number of seconds, got {value!r}")
-    return number
+    return _number(value, float, lambda n: n > 0, "a positive number of seconds")
 
 
 def positive_usd(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = 0.0
-    if not 0 < number < float("inf"):
-        raise pytest.UsageError(f"expected a positive amount of USD, got {value!r}")
-    return number
+    return _number(value, float, lambda n: 0 < n < float("inf"), "a positive amount of USD")
 
 
 def analyst_spec(value: str) -> str:

@@ -55,11 +55,16 @@ def _delivered_items(pq: Path) -> pl.DataFrame:
     )
 
 
+def _exact_sum(column: str) -> pl.Expr:
+    """A sum of money in exact hundredths (float sums depend on polars' summation order)."""
+    return (pl.col(column) * 100).round(0).cast(pl.Int64).sum() / 100
+
+
 def _english_revenue(items: pl.DataFrame) -> pl.DataFrame:
     return (
         items.filter(pl.col("product_category_name_english").is_not_null())
         .group_by("product_category_name_english")
-        .agg(pl.col("price").sum().alias("revenue"))
+        .agg(_exact_sum("price").alias("revenue"))
     )
 
 
@@ -83,7 +88,7 @@ def l4_top_seller_state_revenue(pq: Path) -> dict[str, Any]:
     by_state = (
         _delivered_items(pq)
         .group_by("seller_state")
-        .agg(pl.col("price").sum().alias("revenue"))
+        .agg(_exact_sum("price").alias("revenue"))
         .sort("revenue", descending=True)
     )
     top = by_state.row(0, named=True)

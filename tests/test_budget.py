@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import helpers
 import pydantic_ai.models
 import pytest
+from helpers import orders_store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
@@ -23,18 +24,12 @@ from pytest_backintel.budget import RunBudget, RunLimits, trial_cost_usd
 from pytest_backintel.loading import DEFINITIONS_DIR
 from pytest_backintel.options import positive_usd
 from reports.prices import load_prices
-from stores.base import DatasetFiles, ProvisionedStore
-from stores.sqlite import SQLiteStore
+from stores.base import ProvisionedStore
 
 pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
 
 PRICED = "openai:gpt-4o"
-FEW = [
-    DEFINITIONS_DIR / "level1" / "l1-item-grain.scenario.yaml",
-    DEFINITIONS_DIR / "level1" / "l1-orders-by-status.scenario.yaml",
-    DEFINITIONS_DIR / "level3" / "l3-customer-age.scenario.yaml",
-    DEFINITIONS_DIR / "level3" / "l3-best-seller-ambiguous.scenario.yaml",
-]
+FEW = [*helpers.FEW, DEFINITIONS_DIR / "level3" / "l3-best-seller-ambiguous.scenario.yaml"]
 NOT_CALLED = "the analyst was not called"
 
 
@@ -79,13 +74,8 @@ def test_a_cost_option_must_be_a_positive_amount(bad: str) -> None:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[ProvisionedStore]:
-    db = tmp_path / "shop.sqlite"
-    conn = sqlite3.connect(db)
-    conn.executescript("CREATE TABLE orders (id INTEGER); INSERT INTO orders VALUES (1);")
-    conn.commit()
-    conn.close()
-    backend = SQLiteStore(tmp_path / "stores")
-    yield backend.provision(DatasetFiles("shop", tmp_path, sqlite_path=db))
+    backend, provisioned = orders_store(tmp_path, rows=1)
+    yield provisioned
     backend.teardown_session()
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import CALIBRATION_CASES
 from hypothesis import given
 from hypothesis import strategies as st
 from syrupy.assertion import SnapshotAssertion
@@ -16,17 +17,6 @@ from syrupy.assertion import SnapshotAssertion
 from reports import compare_runs, load_run, mcnemar_exact, pass_hat_k
 from reports.cli import main
 from reports.testing import header, record, write_run
-
-# development: controlled cases; regression: the original failures plus controls
-CASES: list[dict[str, Any]] = [
-    {"case": "delivered_orders", "level": 1, "family": "orders"},
-    {"case": "repeat_person_share", "level": 2, "family": "repeat"},
-    {"case": "missing_cost_profit", "level": 3, "family": "profit", "answerable": False},
-    {"case": "original_missing_cost", "level": 3, "family": "profit", "answerable": False,
-     "split": "regression"},
-    {"case": "original_delivery_report", "level": 2, "family": "delivery", "split": "regression"},
-    {"case": "control_delivered_orders", "level": 1, "family": "orders", "split": "regression"},
-]  # fmt: skip
 
 
 def make_run(
@@ -40,9 +30,10 @@ def make_run(
     data_hash: str | None = None,
     calibration: bool = True,
 ) -> Path:
-    """A run over CASES; every trial passes unless `outcomes` / `trial_outcomes` say otherwise."""
+    """A run over CALIBRATION_CASES; every trial passes unless `outcomes` / `trial_outcomes`
+    say otherwise."""
     records = []
-    for spec in CASES:
+    for spec in CALIBRATION_CASES:
         case = spec["case"]
         per_trial = (trial_outcomes or {}).get(case) or [
             (outcomes or {}).get(case, "pass")

@@ -4,25 +4,22 @@ replay:DIR` replays the recorded model responses offline, running the tools agai
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pydantic_ai.models
 import pytest
+from helpers import ANSWER, FEW, orders_store, script
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
-    ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
-    ModelResponse,
-    ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import FunctionModel
 
-from analyst.agent import OUTPUT_TOOL_NAMES, ModelAnalyst
+from analyst.agent import ModelAnalyst
 from analyst.replay import ReplayAnalyst, ReplayError
 from pytest_backintel.analyst_api import AnalystConfig, AnalystLimits, AnalystTask
 from pytest_backintel.analysts import AnalystLoadError, load_analyst
@@ -34,44 +31,10 @@ from pytest_backintel.cassettes import (
     write_cassette,
 )
 from pytest_backintel.contract import AnalystAnswer
-from pytest_backintel.loading import DEFINITIONS_DIR
 from pytest_backintel.options import analyst_spec
-from stores.base import DatasetFiles, ProvisionedStore
-from stores.sqlite import SQLiteStore
+from stores.base import ProvisionedStore
 
 pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
-
-SQL = "SELECT COUNT(*) AS n_orders FROM orders"
-ANSWER = {
-    "metrics": [{"name": "n_orders", "value": 2, "unit": "orders"}],
-    "evidence": [{"id": "e1", "kind": "sql", "code": SQL, "metrics": ["n_orders"]}],
-    "method": "count",
-}
-FEW = [
-    DEFINITIONS_DIR / "level1" / "l1-item-grain.scenario.yaml",
-    DEFINITIONS_DIR / "level1" / "l1-orders-by-status.scenario.yaml",
-    DEFINITIONS_DIR / "level3" / "l3-customer-age.scenario.yaml",
-]
-
-
-def make_store(folder: Path, rows: int) -> tuple[SQLiteStore, ProvisionedStore]:
-    folder.mkdir(parents=True, exist_ok=True)
-    db = folder / "shop.sqlite"
-    conn = sqlite3.connect(db)
-    conn.execute("CREATE TABLE orders (id INTEGER)")
-    conn.executemany("INSERT INTO orders VALUES (?)", [(i,) for i in range(rows)])
-    conn.commit()
-    conn.close()
-    backend = SQLiteStore(folder / "stores")
-    return backend, backend.provision(DatasetFiles("shop", folder, sqlite_path=db))
-
-
-def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    step = sum(isinstance(m, ModelResponse) for m in messages)
-    calls = [ToolCallPart("list_tables", {}), ToolCallPart("run_sql", {"sql": SQL})]
-    if step < len(calls):
-        return ModelResponse(parts=[calls[step]])
-    return ModelResponse(parts=[ToolCallPart(OUTPUT_TOOL_NAMES[0], ANSWER)])
 
 
 def task(store: ProvisionedStore, key: str | None = "shop-count/t1") -> AnalystTask:
@@ -93,7 +56,7 @@ def sql_returns(messages: list[dict[str, Any]]) -> list[Any]:
 @pytest.fixture
 def recorded(tmp_path: Path) -> Path:
     """A run folder holding the cassette of one recorded trial on a 2-row store."""
-    backend, store = make_store(tmp_path / "recorded", rows=2)
+    backend, store = orders_store(tmp_path / "recorded", rows=2)
     run = ModelAnalyst(FunctionModel(script)).answer(task(store))
     backend.teardown_session()
     write_cassette(tmp_path / "run", "shop-count/t1", run)
@@ -103,7 +66,7 @@ def recorded(tmp_path: Path) -> Path:
 def test_replay_gives_the_recorded_answer_and_runs_the_tools_again(
     tmp_path: Path, recorded: Path
 ) -> None:
-    backend, fresh = make_store(tmp_path / "fresh", rows=3)  # the tools now see 3 rows
+    backend, fresh = orders_store(tmp_path / "fresh", rows=3)  # the tools now see 3 rows
     run = ReplayAnalyst(recorded).answer(task(fresh))
     backend.teardown_session()
     assert isinstance(run.output, AnalystAnswer)
@@ -123,7 +86,7 @@ def test_a_replay_that_asks_for_more_than_was_recorded_fails_plainly(
     path = cassette_path(recorded / "cassettes", "shop-count/t1")
     messages = json.loads(path.read_text())
     path.write_text(json.dumps(messages[:-2]))  # drop the final answer
-    backend, store = make_store(tmp_path / "fresh", rows=2)
+    backend, store = orders_store(tmp_path / "fresh", rows=2)
     with pytest.raises(ReplayError, match="has 2 recorded responses but the agent asked"):
         ReplayAnalyst(recorded).answer(task(store))
     backend.teardown_session()
@@ -135,7 +98,7 @@ def test_a_replay_that_asks_for_more_than_was_recorded_fails_plainly(
 def test_replay_needs_the_trials_cassette(
     tmp_path: Path, recorded: Path, key: str | None, match: str
 ) -> None:
-    backend, store = make_store(tmp_path / "fresh", rows=2)
+    backend, store = orders_store(tmp_path / "fresh", rows=2)
     with pytest.raises(ReplayError, match=match):
         ReplayAnalyst(recorded).answer(task(store, key))
     backend.teardown_session()

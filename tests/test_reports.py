@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import CALIBRATION_CASES
 from openpyxl import load_workbook
 from syrupy.assertion import SnapshotAssertion
 
@@ -17,16 +18,6 @@ from reports.cli import main
 from reports.prices import PriceTableError, load_prices, parse_prices
 from reports.summary import summarize
 from reports.testing import header, record, write_run
-
-CALIBRATION_CASES: list[dict[str, Any]] = [
-    {"case": "delivered_orders", "level": 1, "family": "orders"},
-    {"case": "repeat_person_share", "level": 2, "family": "repeat"},
-    {"case": "missing_cost_profit", "level": 3, "family": "profit", "answerable": False},
-    {"case": "original_missing_cost", "level": 3, "family": "profit", "answerable": False,
-     "split": "regression"},
-    {"case": "original_delivery_report", "level": 2, "family": "delivery", "split": "regression"},
-    {"case": "control_delivered_orders", "level": 1, "family": "orders", "split": "regression"},
-]  # fmt: skip
 
 
 def calibration_records(run_id: str = "calib") -> list[dict[str, Any]]:

@@ -5,60 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pydantic_ai.models
 import pytest
+from helpers import FEW, orders_store, script
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import FunctionModel
 
-from analyst.agent import OUTPUT_TOOL_NAMES, ModelAnalyst
+from analyst.agent import ModelAnalyst
 from pytest_backintel.analyst_api import AnalystLimits, AnalystTask
-from pytest_backintel.loading import DEFINITIONS_DIR
 from pytest_backintel.tracing import Tracing, merge_traces
-from stores.base import DatasetFiles, ProvisionedStore
-from stores.sqlite import SQLiteStore
+from stores.base import ProvisionedStore
 
 pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
-
-SQL = "SELECT COUNT(*) AS n_orders FROM orders"
-ANSWER = {
-    "metrics": [{"name": "n_orders", "value": 2, "unit": "orders"}],
-    "evidence": [{"id": "e1", "kind": "sql", "code": SQL, "metrics": ["n_orders"]}],
-    "method": "count",
-}
-FEW = [
-    DEFINITIONS_DIR / "level1" / "l1-item-grain.scenario.yaml",
-    DEFINITIONS_DIR / "level1" / "l1-orders-by-status.scenario.yaml",
-    DEFINITIONS_DIR / "level3" / "l3-customer-age.scenario.yaml",
-]
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[ProvisionedStore]:
-    db = tmp_path / "shop.sqlite"
-    conn = sqlite3.connect(db)
-    conn.executescript("CREATE TABLE orders (id INTEGER); INSERT INTO orders VALUES (1), (2);")
-    conn.commit()
-    conn.close()
-    backend = SQLiteStore(tmp_path / "stores")
-    yield backend.provision(DatasetFiles("shop", tmp_path, sqlite_path=db))
+    backend, provisioned = orders_store(tmp_path, rows=2)
+    yield provisioned
     backend.teardown_session()
-
-
-def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    """list_tables, run_sql, then the answer."""
-    step = sum(isinstance(m, ModelResponse) for m in messages)
-    calls = [ToolCallPart("list_tables", {}), ToolCallPart("run_sql", {"sql": SQL})]
-    if step < len(calls):
-        return ModelResponse(parts=[calls[step]])
-    return ModelResponse(parts=[ToolCallPart(OUTPUT_TOOL_NAMES[0], ANSWER)])
 
 
 def task(store: ProvisionedStore) -> AnalystTask:

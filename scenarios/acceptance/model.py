@@ -33,9 +33,11 @@ __all__ = [
     "fmt_ts",
     "mean_days",
     "metric",
+    "midnight",
     "month_bounds",
     "month_label",
     "parse_ts",
+    "ts_window",
 ]
 
 SplitName = Literal["development", "reserved"]
@@ -179,6 +181,15 @@ def fmt_date(day: date) -> str:
 
 def fmt_ts(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day)
+
+
+def ts_window(start: date, end: date) -> tuple[str, str]:
+    """The timestamps of midnight on `start` and on `end` (a half-open window)."""
+    return fmt_ts(midnight(start)), fmt_ts(midnight(end))
 
 
 def parse_ts(text: str) -> datetime:

@@ -25,7 +25,9 @@ from scenarios.acceptance.model import (
     fmt_ts,
     mean_days,
     metric,
+    midnight,
     month_label,
+    ts_window,
 )
 
 __all__ = [
@@ -33,7 +35,6 @@ __all__ = [
     "Order",
     "cohort",
     "draw",
-    "midnight",
     "monitor_check",
     "monitor_metrics",
     "monitor_question",
@@ -55,10 +56,6 @@ class Order:
     purchased: datetime
     delivered: datetime | None
     status: str = "delivered"
-
-
-def midnight(day: date) -> datetime:
-    return datetime(day.year, day.month, day.day)
 
 
 def draw(rng: random.Random, ids: Ids, lo: date, hi: date, n: int, scale: float) -> list[Order]:
@@ -106,7 +103,8 @@ def orders_table(v: Variant, orders: list[Order]) -> Table:
 
 
 def span(lo: date, hi: date) -> str:
-    return f"from {fmt_ts(midnight(lo))} up to but not including {fmt_ts(midnight(hi))}"
+    a, b = ts_window(lo, hi)
+    return f"from {a} up to but not including {b}"
 
 
 def monitor_question(

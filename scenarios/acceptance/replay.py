@@ -17,14 +17,15 @@ from scenarios.acceptance.model import (
     add_months,
     fmt_ts,
     metric,
+    midnight,
     month_label,
+    ts_window,
 )
 from scenarios.acceptance.monitoring import (
     RULE,
     Order,
     cohort,
     draw,
-    midnight,
     monitor_check,
     monitor_metrics,
     monitor_question,
@@ -140,7 +141,7 @@ def duplicate_shipments(v: Variant) -> list[Case]:
     t_orders, t_ship = v.table("orders"), v.table("shipments")
 
     def window(lo: date, hi: date) -> str:
-        a, b = fmt_ts(midnight(lo)), fmt_ts(midnight(hi))
+        a, b = ts_window(lo, hi)
         return f"o.purchased_at >= '{a}' AND o.purchased_at < '{b}'"
 
     check = (

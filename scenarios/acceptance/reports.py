@@ -17,7 +17,9 @@ from scenarios.acceptance.model import (
     fmt_ts,
     mean_days,
     metric,
+    midnight,
     month_label,
+    ts_window,
 )
 
 __all__ = ["causal_review", "delivery_review_report", "repeat_purchasing_report"]
@@ -39,14 +41,6 @@ REVIEW_COLUMNS = (
 Order = tuple[str, str, str, datetime, datetime | None, datetime]
 
 
-def _midnight(day: date) -> datetime:
-    return datetime(day.year, day.month, day.day)
-
-
-def _window(start: date, end: date) -> tuple[str, str]:
-    return fmt_ts(_midnight(start)), fmt_ts(_midnight(end))
-
-
 def delivery_review_report(v: Variant) -> list[Case]:
     """A month's delivery/review report: five metrics, each requested exactly once."""
     rng = v.rng("delivery-review-report")
@@ -61,13 +55,13 @@ def delivery_review_report(v: Variant) -> list[Case]:
     ):
         for i in range(count):
             bought = day_seconds(rng, lo, hi)
-            estimate = _midnight(bought.date() + timedelta(days=rng.randint(12, 24)))
+            estimate = midnight(bought.date() + timedelta(days=rng.randint(12, 24)))
             status = "delivered" if i % 12 else rng.choice(["shipped", "canceled"])
             delivered: datetime | None = None
             if status == "delivered":
                 delivered = bought + timedelta(seconds=rng.randint(2 * 86400, 30 * 86400))
             orders.append((oid(), cid(), status, bought, delivered, estimate))
-    in_month = [o for o in orders if _midnight(start) <= o[3] < _midnight(end) and o[4]]
+    in_month = [o for o in orders if midnight(start) <= o[3] < midnight(end) and o[4]]
     # Plants: two delivered orders without a timestamp, one delivered exactly at its estimate.
     for victim in in_month[:2]:
         orders[orders.index(victim)] = (*victim[:4], None, victim[5])
@@ -81,7 +75,7 @@ def delivery_review_report(v: Variant) -> list[Case]:
             score = rng.choice([1, 2, 3] if late else [3, 4, 5, 5])
             created = (order[4] or order[5]) + timedelta(hours=rng.randint(2, 200))
             reviews.append((rid(), order[0], score, fmt_ts(created)))
-    lo, hi = _midnight(start), _midnight(end)
+    lo, hi = midnight(start), midnight(end)
     cohort = [o for o in orders if o[2] == "delivered" and o[4] is not None and lo <= o[3] < hi]
     ids = {o[0] for o in cohort}
     scores = [int(str(r[2])) for r in reviews if r[1] in ids]
@@ -94,7 +88,7 @@ def delivery_review_report(v: Variant) -> list[Case]:
         "orders_without_review": len(ids - reviewed),
     }
     t_orders, t_reviews = v.table("orders"), v.table("reviews")
-    a, b = _window(start, end)
+    a, b = ts_window(start, end)
     question = (
         f"Delivery report for orders purchased in {month_label(start)} (purchased_at from {a} up "
         f"to but not including {b}) with status `delivered` and a recorded delivery timestamp. "
@@ -178,7 +172,7 @@ def repeat_purchasing_report(v: Variant) -> list[Case]:
             customers.append((customer, person, city, state))
             orders.append((oid(), customer, rng.choice(statuses), day_seconds(rng, lo, hi)))
     person_of = {str(c[0]): str(c[1]) for c in customers}
-    lo, hi = _midnight(quarter), _midnight(end)
+    lo, hi = midnight(quarter), midnight(end)
     per_person: dict[str, set[str]] = {}
     for order_id, customer, _, bought in orders:
         if lo <= bought < hi:
@@ -192,7 +186,7 @@ def repeat_purchasing_report(v: Variant) -> list[Case]:
         "mean_orders_per_person": Fraction(sum(len(s) for s in per_person.values()), persons),
     }
     t_orders, t_customers = v.table("orders"), v.table("customers")
-    a, b = _window(quarter, end)
+    a, b = ts_window(quarter, end)
     label = f"Q{(quarter.month - 1) // 3 + 1} {quarter.year}"
     question = (
         f"Repeat-purchasing report for {label}: take every order purchased from {a} up to but "

@@ -34,6 +34,16 @@ def _items_of(pq: Path, orders: pl.DataFrame) -> pl.DataFrame:
     return _t(pq, "order_items").join(orders.select("order_id"), on="order_id", how="semi")
 
 
+def _per_order(rows: pl.DataFrame) -> tuple[int, int]:
+    """(orders with a row, orders with several rows) of a table keyed by `order_id`."""
+    per = rows.group_by("order_id").len()
+    return per.height, per.filter(pl.col("len") > 1).height
+
+
+_HAS_DELIVERY = pl.col("order_delivered_customer_date").is_not_null()
+"""The order has a customer delivery timestamp."""
+
+
 def _competition_rank(col: str) -> pl.Expr:
     """1 + the number of rows with a strictly larger value (ties share the lowest rank)."""
     return pl.col(col).rank(method="min", descending=True).cast(pl.Int64)
@@ -54,23 +64,23 @@ def l1_orders_july_2018(pq: Path) -> dict[str, Any]:
 @oracle
 def l1_item_grain(pq: Path) -> dict[str, Any]:
     items = _t(pq, "order_items")
-    per = items.group_by("order_id").len()
+    orders, several = _per_order(items)
     return {
         "item_rows": items.height,
-        "orders_with_items": per.height,
-        "mean_items_per_order": items.height / per.height,
-        "orders_with_several_items": per.filter(pl.col("len") > 1).height,
+        "orders_with_items": orders,
+        "mean_items_per_order": items.height / orders,
+        "orders_with_several_items": several,
     }
 
 
 @oracle
 def l1_several_payments(pq: Path) -> dict[str, Any]:
     p = _t(pq, "order_payments")
-    per = p.group_by("order_id").len()
+    orders, several = _per_order(p)
     return {
         "payment_rows": p.height,
-        "orders_with_payments": per.height,
-        "orders_with_several_payments": per.filter(pl.col("len") > 1).height,
+        "orders_with_payments": orders,
+        "orders_with_several_payments": several,
         "orders_with_voucher": p.filter(pl.col("payment_type") == "voucher")["order_id"].n_unique(),
     }
 
@@ -190,7 +200,7 @@ def l2_category_grain_2018(pq: Path) -> dict[str, Any]:
 def l2_review_by_lateness_2017(pq: Path) -> dict[str, Any]:
     cohort = (
         delivered_in(pq, "2017-01-01", "2018-01-01")
-        .filter(pl.col("order_delivered_customer_date").is_not_null())
+        .filter(_HAS_DELIVERY)
         .with_columns(
             (_dt("order_delivered_customer_date") > _dt("order_estimated_delivery_date")).alias(
                 "late"
@@ -227,7 +237,7 @@ def l3_latest_review_per_order(pq: Path) -> dict[str, Any]:
 def l3_late_by_calendar_day_2018(pq: Path) -> dict[str, Any]:
     o = (
         delivered_in(pq, "2018-01-01", "2019-01-01")
-        .filter(pl.col("order_delivered_customer_date").is_not_null())
+        .filter(_HAS_DELIVERY)
         .with_columns(
             _dt("order_delivered_customer_date").alias("delivered"),
             _dt("order_estimated_delivery_date").alias("estimated"),
@@ -244,7 +254,7 @@ def l3_late_by_calendar_day_2018(pq: Path) -> dict[str, Any]:
 @oracle
 def l3_delivery_days_2017_coverage(pq: Path) -> dict[str, Any]:
     o = delivered_in(pq, "2017-01-01", "2018-01-01")
-    timed = o.filter(pl.col("order_delivered_customer_date").is_not_null()).with_columns(
+    timed = o.filter(_HAS_DELIVERY).with_columns(
         (
             (_dt("order_delivered_customer_date") - pl.col("purchased")).dt.total_seconds() / 86400
         ).alias("days")
