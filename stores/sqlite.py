@@ -44,6 +44,31 @@ __all__ = ["SQLiteProvisionedStore", "SQLiteSession", "SQLiteStore", "sqlite_log
 
 READ_ONLY_NOTE = "(writes, DDL, ATTACH, extension loading and state-changing PRAGMAs are refused)"
 QUERY_KEYWORDS = frozenset({"SELECT", "WITH", "VALUES", "EXPLAIN", "PRAGMA"})
+FOREIGN_WRITES = frozenset(
+    {
+        "COPY",
+        "SET",
+        "RESET",
+        "INSTALL",
+        "LOAD",
+        "EXPORT",
+        "IMPORT",
+        "CALL",
+        "GRANT",
+        "REVOKE",
+        "TRUNCATE",
+        "MERGE",
+        "UPSERT",
+        "USE",
+        "PUT",
+        "CHECKPOINT",
+        "FORCE",
+        "DETACH",
+        "ATTACH",
+    }
+)
+"""Other engines' statements that change state or reach files: refused, even though SQLite
+cannot parse them, so every backend answers them alike."""
 """Leading keywords run_sql executes; any other statement is refused without running."""
 PRAGMAS_WITH_ARGUMENT = frozenset(
     {"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
@@ -280,7 +305,8 @@ class SQLiteSession(StoreSession):
             except QueryRefused:
                 raise
             except QueryError:
-                pass
+                if first not in FOREIGN_WRITES:
+                    raise  # a misspelt query is a syntax error for the analyst to fix
             raise _refusal(
                 f"{first or statement[:20]!r} statements are not allowed; run_sql runs one query "
                 "(SELECT, WITH ... SELECT, VALUES, EXPLAIN or an introspection PRAGMA)"
