@@ -65,10 +65,20 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
         raise StoreError(f"cannot open the SQLite store {path}: {exc}") from exc
     if hasattr(conn, "enable_load_extension"):
         conn.enable_load_extension(False)
+    conn.text_factory = _text
     conn.execute("PRAGMA query_only = ON")
     conn.execute("PRAGMA trusted_schema = OFF")
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     return conn
+
+
+def _text(raw: bytes) -> str | bytes:
+    """TEXT as str; bytes that are not UTF-8 (a damaged file) stay bytes instead of crashing
+    the reader, so a fingerprint of such a file differs rather than fails."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
 
 
 def _user_tables(conn: sqlite3.Connection, types: tuple[str, ...]) -> list[str]:
