@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import threading
+from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import date, datetime
@@ -30,6 +31,7 @@ from stores.base import (
     MAX_ROWS,
     Column,
     Fingerprint,
+    ProvisionedStore,
     QueryError,
     QueryRefused,
     QueryResult,
@@ -42,6 +44,7 @@ from stores.fingerprint import summary_digest, tree_sha256
 
 __all__ = [
     "DuckDBSession",
+    "FolderItem",
     "cached_fingerprint",
     "check_statement",
     "logical_fingerprint",
@@ -349,3 +352,46 @@ def cached_fingerprint(
         while len(_LOGICAL_CACHE) > _CACHE_SIZE:
             _LOGICAL_CACHE.popitem(last=False)
     return Fingerprint(logical=logical, physical=digest)
+
+
+class FolderItem(ProvisionedStore):
+    """An item that is one folder served through a guarded DuckDB connection: subclasses say
+    how to open it (`_open`) and, when more than its files count, how to hash it."""
+
+    def __init__(self, backend: str, store_id: str, root: Path, timeout_s: float) -> None:
+        self.backend = backend
+        self.store_id = store_id
+        self.root = root
+        self._timeout_s = timeout_s
+
+    @abstractmethod
+    def _open(self) -> duckdb.DuckDBPyConnection: ...
+
+    def _physical(self) -> str:
+        return tree_sha256(self.root)
+
+    def _require(self) -> None:
+        if not self.root.is_dir():
+            raise StoreError(f"{self.display_id} was torn down; provision a new store")
+
+    def engine_connection(self) -> duckdb.DuckDBPyConnection:
+        """The guarded DuckDB connection alone, without the statement check (tests use it to
+        show the engine guard holds by itself)."""
+        self._require()
+        return self._open()
+
+    def connect(self) -> DuckDBSession:
+        return DuckDBSession(
+            self.engine_connection(), timeout_s=self._timeout_s, where=self.display_id
+        )
+
+    def fingerprint(self) -> Fingerprint:
+        """Physical: sha256 of the item's files (`_physical`); logical: computed in DuckDB,
+        cached per physical hash (`cached_fingerprint`)."""
+        self._require()
+        return cached_fingerprint(
+            self.root, self._physical, self.engine_connection, self.display_id
+        )
+
+    def teardown(self) -> None:
+        remove_folder(self.root)

@@ -11,17 +11,14 @@ from pathlib import Path
 import duckdb
 
 from stores._duckdb_common import (
-    DuckDBSession,
-    cached_fingerprint,
+    FolderItem,
     copy_folder,
     open_guarded,
     quote_ident,
     quote_literal,
-    remove_folder,
     template_dir,
-    tree_sha256,
 )
-from stores.base import DatasetFiles, Fingerprint, ProvisionedStore, Store, StoreError, new_store_id
+from stores.base import DatasetFiles, Store, new_store_id
 
 __all__ = ["DuckDBStore", "ProvisionedDuckDB"]
 
@@ -42,40 +39,15 @@ def build_database(parquet_dir: Path, target: Path) -> None:
         conn.close()
 
 
-class ProvisionedDuckDB(ProvisionedStore):
-    backend = "duckdb"
-
-    def __init__(self, store_id: str, folder: Path, timeout_s: float) -> None:
-        self.store_id = store_id
-        self.folder = folder
-        self._timeout_s = timeout_s
+class ProvisionedDuckDB(FolderItem):
+    """An item folder holding one read-only DuckDB database file."""
 
     @property
     def mount_path(self) -> Path | None:
-        return self.folder / DB_NAME
+        return self.root / DB_NAME
 
-    def engine_connection(self) -> duckdb.DuckDBPyConnection:
-        """The guarded DuckDB connection alone, without the statement check (tests use it to
-        show the engine guard holds by itself)."""
-        if not self.folder.is_dir():
-            raise StoreError(f"{self.display_id} was torn down; provision a new store")
-        return open_guarded(self.folder / DB_NAME)
-
-    def connect(self) -> DuckDBSession:
-        conn = self.engine_connection()
-        return DuckDBSession(conn, timeout_s=self._timeout_s, where=self.display_id)
-
-    def fingerprint(self) -> Fingerprint:
-        """Physical: sha256 of the folder's files; logical: computed in DuckDB, cached per
-        physical hash (`cached_fingerprint`)."""
-        if not self.folder.is_dir():
-            raise StoreError(f"{self.display_id} was torn down; provision a new store")
-        return cached_fingerprint(
-            self.folder, lambda: tree_sha256(self.folder), self.engine_connection, self.display_id
-        )
-
-    def teardown(self) -> None:
-        remove_folder(self.folder)
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        return open_guarded(self.root / DB_NAME)
 
 
 class DuckDBStore(Store):
@@ -94,4 +66,4 @@ class DuckDBStore(Store):
         store_id = new_store_id()
         folder = self.workdir / store_id
         copy_folder(template, folder)
-        return ProvisionedDuckDB(store_id, folder, self.statement_timeout_s)
+        return ProvisionedDuckDB("duckdb", store_id, folder, self.statement_timeout_s)

@@ -91,9 +91,7 @@ class ProvisionedIceberg(ProvisionedViews):
         tables = self.root / TABLES
         return tables if tables.is_dir() else None
 
-    def engine_connection(self) -> duckdb.DuckDBPyConnection:
-        if not self.root.is_dir():
-            raise StoreError(f"{self.display_id} was torn down; provision a new store")
+    def _open(self) -> duckdb.DuckDBPyConnection:
         return open_guarded_with(
             self.root / CATALOG, extensions=EXTENSIONS, allowed_dirs=[self.root / WAREHOUSE]
         )

@@ -15,17 +15,15 @@ from pathlib import Path
 import duckdb
 
 from stores._duckdb_common import (
-    DuckDBSession,
-    cached_fingerprint,
+    FolderItem,
     copy_folder,
     open_guarded,
     quote_ident,
     quote_literal,
     remove_folder,
     template_dir,
-    tree_sha256,
 )
-from stores.base import DatasetFiles, Fingerprint, ProvisionedStore, Store, StoreError, new_store_id
+from stores.base import DatasetFiles, Store, StoreError, new_store_id
 
 __all__ = ["LakeParquetStore", "ProvisionedViews", "build_view_catalog"]
 
@@ -44,45 +42,15 @@ def build_view_catalog(db_path: Path, views: Mapping[str, str]) -> None:
         conn.close()
 
 
-class ProvisionedViews(ProvisionedStore):
+class ProvisionedViews(FolderItem):
     """A folder of data files and a read-only catalog of views over them."""
-
-    def __init__(self, backend: str, store_id: str, root: Path, timeout_s: float) -> None:
-        self.backend = backend
-        self.store_id = store_id
-        self.root = root
-        self._timeout_s = timeout_s
 
     @property
     def mount_path(self) -> Path | None:
         return self.root / DATA
 
-    def engine_connection(self) -> duckdb.DuckDBPyConnection:
-        """The guarded DuckDB connection alone, without the statement check (tests use it to
-        show the engine guard holds by itself)."""
-        if not self.root.is_dir():
-            raise StoreError(f"{self.display_id} was torn down; provision a new store")
+    def _open(self) -> duckdb.DuckDBPyConnection:
         return open_guarded(self.root / CATALOG, allowed_dirs=[self.root / DATA])
-
-    def connect(self) -> DuckDBSession:
-        return DuckDBSession(
-            self.engine_connection(), timeout_s=self._timeout_s, where=self.display_id
-        )
-
-    def fingerprint(self) -> Fingerprint:
-        """Physical: sha256 of every file of the item; logical: computed in DuckDB, cached per
-        physical hash (`cached_fingerprint`)."""
-        if not self.root.is_dir():
-            raise StoreError(f"{self.display_id} was torn down; provision a new store")
-        return cached_fingerprint(
-            self.root, self._physical, self.engine_connection, self.display_id
-        )
-
-    def _physical(self) -> str:
-        return tree_sha256(self.root)
-
-    def teardown(self) -> None:
-        remove_folder(self.root)
 
 
 def provision_views(

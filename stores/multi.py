@@ -122,7 +122,7 @@ def _attachment(alias: str, item: ProvisionedStore) -> _Attach:
         data = item.root / "warehouse" if iceberg else (item.mount_path or item.root)
         return _Attach(alias, str(item.root / CATALOG), "duckdb", "main", (data,), needs)
     if isinstance(item, ProvisionedDuckDB):
-        return _Attach(alias, str(item.folder / DB_NAME), "duckdb", "main", (item.folder,), ())
+        return _Attach(alias, str(item.root / DB_NAME), "duckdb", "main", (item.root,), ())
     if item.backend == "sqlite" and item.mount_path is not None:
         path = item.mount_path
         return _Attach(alias, str(path), "sqlite", "main", (path.parent,), ("sqlite_scanner",))

@@ -134,7 +134,7 @@ def tamper(item: ProvisionedStore) -> None:
         pq.write_table(pa.table({"id": [1, 2, 3], "name": ["a", None, None]}), target)
         return
     assert isinstance(item, ProvisionedDuckDB)
-    target = item.folder / "store.duckdb"
+    target = item.root / "store.duckdb"
     target.chmod(0o644)
     with duckdb.connect(str(target)) as conn:
         conn.execute("UPDATE t SET name = NULL WHERE name = ''")

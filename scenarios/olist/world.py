@@ -16,6 +16,7 @@ __all__ = ["GENERATOR_MODULES", "OlistWorld"]
 
 HERE = Path(__file__).resolve().parent
 GENERATOR_MODULES = (
+    "config.py",
     "generator.py",
     "people.py",
     "reference_data.py",
