@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from pytest_backintel.analyst_api import AnalystRun
-from pytest_backintel.judge import JudgeError, JudgeFamilyError, check_judge_family
 from pytest_backintel.scenario import Scenario
 
 __all__ = ["check_judge", "judge_trial"]
@@ -17,6 +16,8 @@ __all__ = ["check_judge", "judge_trial"]
 def check_judge(judge_model: str | None, analyst_model: str | None) -> None:
     """A judge must be of another model family than the analyst it judges."""
     if judge_model and analyst_model:
+        from pytest_backintel.judge import JudgeFamilyError, check_judge_family
+
         try:
             check_judge_family(judge_model, analyst_model)
         except JudgeFamilyError as exc:
@@ -29,7 +30,7 @@ def judge_trial(
     """The judge's scores of the answer's narrative, or None without a judge or an answer."""
     if not judge_model or run is None or run.output is None:
         return None
-    from pytest_backintel.judge import judge_narrative
+    from pytest_backintel.judge import JudgeError, judge_narrative
 
     try:
         score = judge_narrative(

@@ -18,6 +18,9 @@ __all__ = [
     "scenario_json_schema",
 ]
 
+_FastLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's loader when PyYAML has it (about 15x faster); the YAML is read the same way."""
+
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "scenarios" / "scenario.schema.json"
 """The committed JSON Schema; scenario files point editors at it with a `$schema` modeline."""
 
@@ -105,19 +108,22 @@ def load_scenario_file(path: Path) -> Scenario:
     """Read and validate one scenario file; raise `ScenarioFileError` with `file:line`."""
     text = path.read_text(encoding="utf-8")
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_FastLoader)
     except yaml.MarkedYAMLError as exc:
         line = (exc.problem_mark.line + 1) if exc.problem_mark else 1
         raise ScenarioFileError(path, [(line, "", f"invalid YAML: {exc.problem}")]) from exc
-    if root is None or not isinstance(data, dict):
+    if not isinstance(data, dict):
         raise ScenarioFileError(path, [(1, "", "a scenario file holds one YAML mapping")])
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)  # line numbers, only when reporting
         problems = []
         for err in exc.errors():
-            node = _node_at(root, tuple(err["loc"]))
+            node = _node_at(root, tuple(err["loc"])) if root is not None else None
+            if node is None:
+                problems.append((1, *_describe(err)))
+                continue
             field, msg = _describe(err)
             problems.append((node.start_mark.line + 1, field, msg))
         raise ScenarioFileError(path, sorted(problems)) from exc
