@@ -8,6 +8,7 @@ import json
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +19,19 @@ from pytest_backintel.evidence import reexecute
 from pytest_backintel.loading import (
     SCHEMA_PATH,
     ScenarioFileError,
+    check_world,
     find_scenarios,
     load_scenario_file,
     render_json_schema,
 )
 from pytest_backintel.manifests import find_manifest_case, manifest_reference
+from pytest_backintel.worlds import data_dir, get_world
 
 __all__ = ["main"]
 
 ROOT = SCHEMA_PATH.parent.parent
+COMMANDS_GROUP = "backintel.commands"
+"""Entry points `register(subparsers, groups)` adding a package's own subcommands."""
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -47,7 +52,7 @@ def _validate(args: argparse.Namespace) -> int:
     bad = 0
     for name in args.files:
         try:
-            load_scenario_file(Path(name))
+            check_world(Path(name), load_scenario_file(Path(name)))
         except ScenarioFileError as exc:
             print(exc, file=sys.stderr)
             bad += 1
@@ -55,64 +60,15 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _data_build(args: argparse.Namespace) -> int:
-    from scenarios.worlds import data_dir, get_world
-
     world = get_world(args.world)
-    files = world.ensure_built(data_dir(), snapshot=args.snapshot)
+    files = world.ensure_built(data_dir(Path.cwd()), snapshot=args.snapshot)
     print(f"{args.world}: {files.parquet_dir} (data hash {world.data_hash(files)})")
-    return 0
-
-
-def _data_olist(args: argparse.Namespace) -> int:
-    """Verify the public Olist CSV release against pinned checksums, then load it."""
-    from scenarios.olist.real import OlistSourceError, load_real_olist, record_checksums
-    from scenarios.worlds import data_dir
-
-    src = Path(args.source)
-    try:
-        if args.record_checksums:
-            digests = record_checksums(src)
-            print(f"recorded {len(digests)} checksums; commit scenarios/olist/olist-release.sha256")
-            return 0
-        files = load_real_olist(src, data_dir())
-    except (OlistSourceError, ValueError) as exc:
-        print(f"backintel data olist: {exc}", file=sys.stderr)
-        return 2
-    print(f"olist-real: {files.parquet_dir} (run with BACKINTEL_OLIST_SOURCE=real)")
-    return 0
-
-
-def _replay_build(args: argparse.Namespace) -> int:
-    from scenarios.replay import build_replay
-
-    for name, files in sorted(build_replay().items()):
-        print(f"olist-replay/{name}: {files.parquet_dir}")
-    return 0
-
-
-def _split_build(args: argparse.Namespace) -> int:
-    from scenarios.split import build_split
-
-    files = build_split()
-    print(f"olist-split: {files.parquet_dir}")
-    return 0
-
-
-def _references_build(args: argparse.Namespace) -> int:
-    from scenarios.references import ReferenceError, build_all
-
-    try:
-        build_all(write=not args.check)
-    except ReferenceError as exc:
-        print(f"backintel references build: {exc}", file=sys.stderr)
-        return 1
     return 0
 
 
 def _score(args: argparse.Namespace) -> int:
     """Score one hand-written answer against one scenario, as a trial would."""
     from pytest_backintel.scoring import score_answer
-    from scenarios.worlds import data_dir, get_world
     from stores.registry import load_store_class
 
     scenarios = find_scenarios()
@@ -132,7 +88,7 @@ def _score(args: argparse.Namespace) -> int:
         print(f"{args.answer}: not a contract answer:\n{exc}", file=sys.stderr)
         return 2
     world = get_world(scenario.dataset.world)
-    files = world.ensure_built(data_dir(), snapshot=scenario.dataset.snapshot)
+    files = world.ensure_built(data_dir(Path.cwd()), snapshot=scenario.dataset.snapshot)
     with tempfile.TemporaryDirectory() as tmp:
         backend = load_store_class(args.store)(Path(tmp))
         backend.setup_session()
@@ -149,9 +105,7 @@ def _score(args: argparse.Namespace) -> int:
     elif manifest_case is not None:
         reference = manifest_reference(manifest_case[0], scenario.id)
     else:
-        from scenarios.references import reference_for
-
-        reference = reference_for(scenario, world.data_hash(files))
+        reference = world.reference(scenario, files, world.data_hash(files))
     score = score_answer(scenario, output, evidence, reference)
     print(
         json.dumps(
@@ -182,36 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world", default="olist")
     p.add_argument("--snapshot", default="base", help="a named snapshot (e.g. tpch: sf1)")
     p.set_defaults(func=_data_build)
-    p = data.add_parser("olist", help="verify and load the public Olist CSV release")
-    p.add_argument("--from", dest="source", required=True, help="folder with the release CSVs")
-    p.add_argument(
-        "--record-checksums",
-        action="store_true",
-        help="pin the checksums of the files in --from (maintainers only)",
-    )
-    p.set_defaults(func=_data_olist)
-    p = sub.add_parser("replay", help="ambient replay snapshots (level 6)")
-    p.add_subparsers(dest="replay_cmd", required=True).add_parser(
-        "build", help="write the Olist review snapshots"
-    ).set_defaults(func=_replay_build)
-    p = sub.add_parser("split", help="the cross-store split of Olist (level 4)")
-    p.add_subparsers(dest="split_cmd", required=True).add_parser(
-        "build", help="split Olist into olist_orders and olist_catalog"
-    ).set_defaults(func=_split_build)
-    refs = sub.add_parser("references", help="evaluator-owned references").add_subparsers(
-        dest="refs_cmd", required=True
-    )
-    p = refs.add_parser("build", help="compute references with oracles, cross-check with SQL")
-    p.add_argument("--check", action="store_true", help="verify without writing")
-    p.set_defaults(func=_references_build)
     p = sub.add_parser("score", help="score one answer (JSON) for one case")
     p.add_argument("--case", required=True, help="scenario id")
     p.add_argument("--store", default="sqlite", help="store backend to re-execute evidence on")
     p.add_argument("answer", help="the answer's JSON file")
     p.set_defaults(func=_score)
-    from reports.cli import register as register_reports
-
-    register_reports(sub)
+    for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
+        command.load()(sub, {"data": data})
     return parser
 
 

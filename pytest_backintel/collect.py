@@ -12,7 +12,7 @@ from _pytest._code.code import TerminalRepr
 from _pytest._io import TerminalWriter
 
 from pytest_backintel.backends import store_spec
-from pytest_backintel.loading import ScenarioFileError, load_scenario_file
+from pytest_backintel.loading import ScenarioFileError, check_world, load_scenario_file
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.trial import TrialResult
 
@@ -48,6 +48,7 @@ class ScenarioFile(pytest.File):
 
         bench = self.config.stash[SESSION_KEY]
         scenario = load_scenario_file(self.path)
+        check_world(self.path, scenario)
         sha = hashlib.sha256(self.path.read_bytes()).hexdigest()
         for trial in range(1, bench.options.trials + 1):
             yield ScenarioItem.from_scenario(

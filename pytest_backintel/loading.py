@@ -129,6 +129,23 @@ def load_scenario_file(path: Path) -> Scenario:
         raise ScenarioFileError(path, sorted(problems)) from exc
 
 
+def line_of(path: Path, loc: tuple[int | str, ...]) -> int:
+    """The 1-based line of the YAML node at `loc` in a scenario file (1 when not found)."""
+    root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    return 1 if root is None else _node_at(root, loc).start_mark.line + 1
+
+
+def check_world(path: Path, scenario: Scenario) -> None:
+    """A scenario names a registered world; otherwise `ScenarioFileError` at its line."""
+    from pytest_backintel.worlds import UnknownWorldError, get_world_entry
+
+    try:
+        get_world_entry(scenario.dataset.world)
+    except UnknownWorldError as exc:
+        line = line_of(path, ("dataset", "world"))
+        raise ScenarioFileError(path, [(line, "dataset.world", str(exc))]) from exc
+
+
 DEFINITIONS_DIR = SCHEMA_PATH.parent / "definitions"
 
 

@@ -51,6 +51,7 @@ from pytest_backintel.sandbox.registry import (
 )
 from pytest_backintel.scenario import Scenario, Split
 from pytest_backintel.trial import run_trial
+from pytest_backintel.worlds import data_dir, get_world
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
 if TYPE_CHECKING:
@@ -131,16 +132,12 @@ class BenchSession:
 
     @property
     def data_dir(self) -> Path:
-        from scenarios.worlds import data_dir
-
-        return data_dir()
+        return data_dir(self.root)
 
     def dataset(self, scenario: Scenario) -> tuple[DatasetFiles, str]:
         """The built files of a scenario's world and their data hash (built once, locked)."""
         key = (scenario.dataset.world, scenario.dataset.snapshot)
         if key not in self._worlds:
-            from scenarios.worlds import get_world
-
             world = get_world(key[0])
             files = world.ensure_built(self.data_dir, snapshot=key[1])
             self._worlds[key] = (files, world.data_hash(files))
@@ -148,8 +145,6 @@ class BenchSession:
 
     def verify_data(self, scenario: Scenario) -> list[str]:
         """Problems with the scenario's pinned data files (acceptance fixtures), if any."""
-        from scenarios.worlds import get_world
-
         world = get_world(scenario.dataset.world)
         return world.verify(self.data_dir, scenario.dataset.snapshot)
 
@@ -157,14 +152,8 @@ class BenchSession:
         """Evaluator-owned reference values; called only after the analyst has answered."""
         if item.manifest is not None:
             return manifest_reference(item.manifest, item.scenario.id)
-        from scenarios.references import computed_reference, reference_for
-        from scenarios.worlds import get_world
-
         files, data_hash = self.dataset(item.scenario)
-        world = get_world(item.scenario.dataset.world)
-        if world.name != item.scenario.dataset.world:  # e.g. `olist` served by the real release
-            return computed_reference(item.scenario, world, files)
-        return reference_for(item.scenario, data_hash)
+        return get_world(item.scenario.dataset.world).reference(item.scenario, files, data_hash)
 
     # -- terminal ---------------------------------------------------------------------------
     def sandbox_description(self) -> dict[str, Any]:

@@ -53,7 +53,7 @@ def _compare(args: argparse.Namespace) -> int:
     return 0 if result.accepted else 1
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any, groups: dict[str, Any] | None = None) -> None:
     """Add `report` and `compare` to the `backintel` subcommands (`add_subparsers()` result)."""
     p = subparsers.add_parser("report", help="scorecard (md, html), charts and workbook for a run")
     p.add_argument("run", help="a run folder, results/<run-id>")

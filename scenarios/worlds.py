@@ -9,7 +9,6 @@ renamed into place only when complete, so a half-built folder is never used.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
@@ -24,6 +23,7 @@ from typing import Any, ClassVar
 import polars as pl
 from filelock import FileLock
 
+from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles
 
 __all__ = [
@@ -223,6 +223,18 @@ class World(ABC):
         """sha256 of the canonical Parquet content (see `content_hash`)."""
         return content_hash(files.parquet_dir)
 
+    def reference(
+        self, scenario: Scenario, files: DatasetFiles, data_hash: str
+    ) -> Mapping[str, Any]:
+        """The committed reference of `scenario`, checked against the data hash; for data
+        with no committed references (the real Olist release serving `olist`), computed now by
+        the oracles and cross-checked by the check query."""
+        from scenarios.references import computed_reference, reference_for
+
+        if self.name != scenario.dataset.world:
+            return computed_reference(scenario, self, files)
+        return reference_for(scenario, data_hash)
+
 
 OLIST_SOURCE_ENV = "BACKINTEL_OLIST_SOURCE"
 OLIST_CHECKSUMS_ENV = "BACKINTEL_OLIST_CHECKSUMS"
@@ -230,10 +242,10 @@ OLIST_CHECKSUMS_ENV = "BACKINTEL_OLIST_CHECKSUMS"
 """`synthetic` (default): world `olist` is the generated world; `real`: the loaded Olist release."""
 
 
-def _olist() -> World:
+def olist_world() -> World:
     source = os.environ.get(OLIST_SOURCE_ENV, "").strip().lower() or "synthetic"
     if source == "real":
-        return _olist_real()
+        return olist_real_world()
     if source != "synthetic":
         raise ValueError(
             f"{OLIST_SOURCE_ENV}={source!r}: allowed values are 'synthetic' (the generated "
@@ -244,68 +256,65 @@ def _olist() -> World:
     return OlistWorld.from_env()
 
 
-def _olist_real() -> World:
+def olist_real_world() -> World:
     from scenarios.olist.real import CHECKSUM_FILE, OlistRealWorld
 
     pins = os.environ.get(OLIST_CHECKSUMS_ENV)
     return OlistRealWorld(checksums=Path(pins) if pins else CHECKSUM_FILE)
 
 
-def _acceptance() -> World:
+def acceptance_world() -> World:
     from scenarios.acceptance.world import AcceptanceWorld
 
     return AcceptanceWorld()
 
 
-def _olist_replay() -> World:
+def olist_replay_world() -> World:
     from scenarios.replay import OlistReplayWorld
 
     return OlistReplayWorld()
 
 
-def _split(part: str) -> Callable[[], World]:
-    def factory() -> World:
-        from scenarios import split
+def olist_split_world() -> World:
+    from scenarios.split import OlistSplitWorld
 
-        worlds: dict[str, type[World]] = {
-            "olist-split": split.OlistSplitWorld,
-            "olist_orders": split.OlistOrdersWorld,
-            "olist_catalog": split.OlistCatalogWorld,
-        }
-        return worlds[part]()
-
-    return factory
+    return OlistSplitWorld()
 
 
-def _tpch() -> World:
+def olist_orders_world() -> World:
+    from scenarios.split import OlistOrdersWorld
+
+    return OlistOrdersWorld()
+
+
+def olist_catalog_world() -> World:
+    from scenarios.split import OlistCatalogWorld
+
+    return OlistCatalogWorld()
+
+
+def tpch_world() -> World:
     from scenarios.tpch import TpchWorld
 
     return TpchWorld()
 
 
-_REGISTRY: dict[str, Callable[[], World]] = {
-    "olist": _olist,
-    "olist-real": _olist_real,
-    "acceptance-v1": _acceptance,
-    "olist-replay": _olist_replay,
-    "olist-split": _split("olist-split"),
-    "olist_orders": _split("olist_orders"),
-    "olist_catalog": _split("olist_catalog"),
-    "tpch": _tpch,
-}
-
-
 def available_worlds() -> list[str]:
-    return sorted(_REGISTRY)
+    from pytest_backintel.worlds import available_worlds as registered
+
+    return registered()
 
 
 def get_world(name: str) -> World:
-    """The registered world `name` (config from the environment), or a closest-match error."""
-    factory = _REGISTRY.get(name)
-    if factory is None:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise UnknownWorldError(
-            f"unknown world {name!r}.{hint} Registered worlds: {', '.join(available_worlds())}."
-        )
-    return factory()
+    """The world registered as `name` in the `backintel.worlds` entry points (config from the
+    environment), or a closest-match error."""
+    from pytest_backintel.worlds import UnknownWorldError as _Unknown
+    from pytest_backintel.worlds import get_world as registered
+
+    try:
+        world = registered(name)
+    except _Unknown as exc:
+        raise UnknownWorldError(str(exc)) from exc
+    if not isinstance(world, World):
+        raise UnknownWorldError(f"world {name!r} is not a scenarios.worlds.World: {world!r}")
+    return world
