@@ -41,6 +41,8 @@ class BenchOptions:
     """`--record`: keep each trial's message history as a cassette for `replay:DIR`."""
     judge_model: str | None = None
     """`--judge-model`: scores the narrative separately, uncalibrated; never the outcome."""
+    concurrency: int | None = None
+    """`--concurrency`: trials in flight per process (None: `auto`, chosen by analyst kind)."""
 
 
 def _number(value: str, parse: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
@@ -64,6 +66,12 @@ def positive_float(value: str) -> float:
 
 def positive_usd(value: str) -> float:
     return _number(value, float, lambda n: 0 < n < float("inf"), "a positive amount of USD")
+
+
+def concurrency(value: str) -> int | None:
+    if value == "auto":
+        return None
+    return _number(value, int, lambda n: 1 <= n <= 256, "'auto' or a whole number from 1 to 256")
 
 
 def analyst_spec(value: str) -> str:
@@ -112,6 +120,14 @@ def add_options(parser: pytest.Parser) -> None:
         "or subprocess (unsafe: rlimits only)",
     )
     group.addoption("--trials", type=positive_int, default=1, help="trials per scenario")
+    group.addoption(
+        "--concurrency",
+        type=concurrency,
+        default=None,
+        metavar="N",
+        help="trials in flight per process, each reported as its own item in order "
+        "(default auto: 4 for a model analyst, 1 otherwise)",
+    )
     group.addoption("--results-dir", default="results", help="where run folders are written")
     group.addoption("--run-id", default=None, help="name of this run's folder (default: generated)")
     group.addoption("--max-requests", type=positive_int, default=30, help="requests per trial")
@@ -167,6 +183,7 @@ def read_options(config: pytest.Config) -> BenchOptions:
         model_base_url=base_url or None,
         store=config.getoption("--store"),
         trials=config.getoption("--trials"),
+        concurrency=config.getoption("--concurrency"),
         results_dir=Path(config.getoption("--results-dir")),
         run_id=config.getoption("--run-id"),
         limits=AnalystLimits(

@@ -91,11 +91,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.fixture
-def backintel_store(request: pytest.FixtureRequest) -> Iterator[ProvisionedStore]:
+def backintel_store(request: pytest.FixtureRequest) -> Iterator[ProvisionedStore | None]:
     """The item's isolated store, provisioned under an opaque id and removed afterwards."""
     bench = request.config.stash[SESSION_KEY]
     item = request.node
     assert isinstance(item, ScenarioItem)
+    if bench.pipeline is not None:  # the trial provisions its own store, ahead of the item
+        yield None
+        return
     try:
         store = bench.store_for(item.scenario).provision(bench.dataset(item.scenario)[0])
     except Exception as exc:
@@ -107,9 +110,12 @@ def backintel_store(request: pytest.FixtureRequest) -> Iterator[ProvisionedStore
 
 @pytest.fixture
 def backintel_python(
-    request: pytest.FixtureRequest, backintel_store: ProvisionedStore
+    request: pytest.FixtureRequest, backintel_store: ProvisionedStore | None
 ) -> Iterator[ItemPython | None]:
     """The item's sandbox for `run_python` (opened on first use) and Python evidence."""
+    if backintel_store is None:  # a concurrent trial opens its own sandbox
+        yield None
+        return
     python = request.config.stash[SESSION_KEY].item_python(backintel_store)
     yield python
     if python is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import threading
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_backintel import __version__
+from pytest_backintel._compat import upcoming_items
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.analysts import AnalystLoadError, analyst_label, load_analyst, spec_kind
 from pytest_backintel.backends import StoreBackends, store_spec
@@ -33,6 +35,7 @@ from pytest_backintel.judging import check_judge, judge_trial
 from pytest_backintel.manifests import manifest_reference
 from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, read_options
 from pytest_backintel.outcomes import Outcome
+from pytest_backintel.pipeline import LOOKAHEAD, TrialPipeline
 from pytest_backintel.records import (
     RecordWriter,
     git_state,
@@ -50,7 +53,7 @@ from pytest_backintel.sandbox.registry import (
     load_provider_class,
 )
 from pytest_backintel.scenario import Scenario, Split
-from pytest_backintel.trial import run_trial
+from pytest_backintel.trial import TrialResult, run_trial
 from pytest_backintel.worlds import data_dir, get_world
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
@@ -58,6 +61,10 @@ if TYPE_CHECKING:
     from pytest_backintel.tracing import Tracing
 
 __all__ = ["SESSION_KEY", "BenchSession"]
+
+AUTO_CONCURRENCY = 4
+"""Trials in flight per process for a model analyst under `--concurrency auto` (the default):
+model latency dominates, so a few run at once; calibration and custom analysts run serially."""
 
 
 class BenchSession:
@@ -84,6 +91,10 @@ class BenchSession:
         self.budget = RunBudget(self.run_dir, self.options.run_limits)
         self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
         self.reserved_cases: dict[str, set[str]] = {}
+        self.pipeline: TrialPipeline[ScenarioItem, tuple[TrialResult, str | None]] | None = None
+        """Trials run ahead of pytest (`--concurrency` above 1); None for serial runs."""
+        self._lock = threading.RLock()
+        """Guards what trials in worker threads build lazily: worlds, backends, the sandbox."""
         """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
 
     # -- lazily built, once per process --------------------------------------------------
@@ -101,28 +112,31 @@ class BenchSession:
 
     def store_for(self, scenario: Scenario) -> Store:
         """The backend the scenario runs on (`--store`, or the one its binding needs)."""
-        return self.backends.get(store_spec(scenario, self.options.store))
+        with self._lock:
+            return self.backends.get(store_spec(scenario, self.options.store))
 
     @property
     def sandboxes(self) -> SandboxProvider:
         """The sandbox backend for `run_python` and Python evidence (set up on first use)."""
-        if self._sandboxes is None:
-            workdir = self.data_dir / "sandbox" / f"{os.getpid()}"
-            try:
-                provider = create_provider(self.options.sandbox, workdir)
-            except UnknownSandboxError as exc:
-                raise pytest.UsageError(str(exc)) from exc
-            provider.setup_session()
-            self._sandboxes = provider
-        return self._sandboxes
+        with self._lock:
+            if self._sandboxes is None:
+                workdir = self.data_dir / "sandbox" / f"{os.getpid()}"
+                try:
+                    provider = create_provider(self.options.sandbox, workdir)
+                except UnknownSandboxError as exc:
+                    raise pytest.UsageError(str(exc)) from exc
+                provider.setup_session()
+                self._sandboxes = provider
+            return self._sandboxes
 
     @property
     def tracing(self) -> Tracing:
         """Offline traces of this process's trials (instruments agents on first trial)."""
         from pytest_backintel.tracing import Tracing
 
-        self._tracing = self._tracing or Tracing(self.run_dir, self.worker)
-        return self._tracing
+        with self._lock:
+            self._tracing = self._tracing or Tracing(self.run_dir, self.worker)
+            return self._tracing
 
     def item_python(self, store: ProvisionedStore) -> ItemPython | None:
         """Python for the item, when its store lives on disk for a sandbox to mount."""
@@ -137,11 +151,12 @@ class BenchSession:
     def dataset(self, scenario: Scenario) -> tuple[DatasetFiles, str]:
         """The built files of a scenario's world and their data hash (built once, locked)."""
         key = (scenario.dataset.world, scenario.dataset.snapshot)
-        if key not in self._worlds:
-            world = get_world(key[0])
-            files = world.ensure_built(self.data_dir, snapshot=key[1])
-            self._worlds[key] = (files, world.data_hash(files))
-        return self._worlds[key]
+        with self._lock:
+            if key not in self._worlds:
+                world = get_world(key[0])
+                files = world.ensure_built(self.data_dir, snapshot=key[1])
+                self._worlds[key] = (files, world.data_hash(files))
+            return self._worlds[key]
 
     def verify_data(self, scenario: Scenario) -> list[str]:
         """Problems with the scenario's pinned data files (acceptance fixtures), if any."""
@@ -172,6 +187,7 @@ class BenchSession:
             self.analyst  # noqa: B018 - load once, report a bad --analyst as a usage error
         except AnalystLoadError as exc:
             raise pytest.UsageError(str(exc)) from exc
+        self.start_pipeline()
         reserved = [i for i in scenario_items if i.scenario.split is Split.RESERVED]
         if not self.options.freeze:
             for item in reserved:
@@ -194,12 +210,37 @@ class BenchSession:
         except FreezeError as exc:
             raise pytest.UsageError(str(exc)) from exc
 
+    def start_pipeline(self) -> None:
+        """With `--concurrency` above 1 (or `auto` for a model analyst), trials run ahead."""
+        size = self.options.concurrency or (AUTO_CONCURRENCY if self.analyst.kind == "model" else 1)
+        if size > 1 and self.pipeline is None and not self.config.option.collectonly:
+            self.tracing.start()  # instrument agents once, before any worker thread runs one
+            self.pipeline = TrialPipeline(size, self.prepare_trial)
+
     # -- items ----------------------------------------------------------------------------
     def run_item(
-        self, item: ScenarioItem, store: ProvisionedStore, python: ItemPython | None
+        self, item: ScenarioItem, store: ProvisionedStore | None, python: ItemPython | None
     ) -> None:
-        """Run one trial in its trace span (unless the run budget is spent), write its record
-        and cassette, attach JUnit properties, fail unless it passed."""
+        """Run one trial (or, with `--concurrency`, take the one prepared ahead for this item),
+        then report it: record, cassette, JUnit properties; fail unless it passed."""
+        if self.pipeline is None:
+            assert store is not None, "a serial item has its store from the fixture"
+            result, trace_id = self.execute(item, store, python)
+        else:
+            limit = self.pipeline.size * LOOKAHEAD
+            self.pipeline.ensure_started(upcoming_items(self.config, item, limit))
+            prepared = self.pipeline.take(item)
+            if prepared.error is not None:  # the store or sandbox failed before the trial
+                self.record_infra_error(item, prepared.error)
+                raise prepared.error
+            assert prepared.result is not None
+            result, trace_id = prepared.result
+        self.report(item, result, trace_id)
+
+    def execute(
+        self, item: ScenarioItem, store: ProvisionedStore, python: ItemPython | None
+    ) -> tuple[TrialResult, str | None]:
+        """One trial in its trace span, unless the run budget is spent: (result, trace id)."""
         key, scenario = case_key(item.scenario.id, item.trial), item.scenario
         with self.tracing.trial(item.nodeid, key) as span:
             result = self.budget.gate(scenario, item.trial, store.display_id) or run_trial(
@@ -215,11 +256,29 @@ class BenchSession:
                 case_key=key,
             )
             span.finish(result.score.outcome.value)
+        return result, span.trace_id
+
+    def prepare_trial(self, item: ScenarioItem) -> tuple[TrialResult, str | None]:
+        """A whole trial off pytest's thread: its own store and sandbox, run, torn down."""
+        store = self.store_for(item.scenario).provision(self.dataset(item.scenario)[0])
+        try:
+            python = self.item_python(store)
+            try:
+                return self.execute(item, store, python)
+            finally:
+                if python is not None:
+                    python.close()
+        finally:
+            store.teardown()
+
+    def report(self, item: ScenarioItem, result: TrialResult, trace_id: str | None) -> None:
+        """Settle the budget, write the record and cassette; fail unless the trial passed."""
+        key, scenario = case_key(item.scenario.id, item.trial), item.scenario
         cost = self.budget.settle(self.analyst.kind, self.options.model, result.run)
         if self.options.record:
             write_cassette(self.run_dir, key, result.run)
         judge = judge_trial(self.options.judge_model, self.options.model, scenario, result.run)
-        extra = {"trace_id": span.trace_id, "cost_usd": cost, "case_key": key, "judge": judge}
+        extra = {"trace_id": trace_id, "cost_usd": cost, "case_key": key, "judge": judge}
         self.write_record(item, result.score.outcome.value, result.to_record() | extra)
         if result.score.outcome is Outcome.NOT_RUN:
             pytest.skip("not run")
@@ -341,6 +400,8 @@ class BenchSession:
         self.budget.reset()
 
     def finish(self, exitstatus: int) -> None:
+        if self.pipeline is not None:  # trials started ahead of an interrupted run clean up
+            self.pipeline.close()
         self.writer.close()
         if self._tracing is not None:
             self._tracing.close()

@@ -1,0 +1,94 @@
+"""Concurrent trials in one pytest process (`--concurrency N`).
+
+Model requests dominate a trial's wall time, so up to N trials run ahead of pytest in worker
+threads: each provisions its own store and sandbox, runs the analyst, re-executes its evidence,
+scores and tears down, exactly as a serial trial does. pytest still runs the items one by one
+in their collected order; each item waits for its own prepared trial and reports it (record,
+JUnit properties, HTML row, pass or fail), so every report and record comes out in the same
+deterministic order as in a serial run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+__all__ = ["Prepared", "TrialPipeline"]
+
+K = TypeVar("K")
+R = TypeVar("R")
+
+LOOKAHEAD = 4
+"""Prepared-but-unreported trials kept at most, as a multiple of N (bounds memory when one slow
+trial holds up the reports behind it)."""
+
+
+@dataclass
+class Prepared(Generic[R]):
+    """A trial run ahead: its result, or the exception that stopped it before it had one."""
+
+    result: R | None = None
+    error: BaseException | None = None
+
+
+class TrialPipeline(Generic[K, R]):
+    """Runs `prepare(key)` for up to `size` keys at once, ahead of the caller's order.
+
+    `ensure_started(upcoming)` tops the window up from the keys the caller will ask for next;
+    `take(key)` blocks until that key's trial is prepared (starting it now if it was not) and
+    hands it over exactly once."""
+
+    def __init__(self, size: int, prepare: Callable[[K], R]) -> None:
+        if size < 1:
+            raise ValueError(f"concurrency must be at least 1, got {size}")
+        self.size = size
+        self._prepare = prepare
+        self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="backintel-trial")
+        self._futures: dict[K, Future[Prepared[R]]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _run(self, key: K) -> Prepared[R]:
+        try:
+            return Prepared(result=self._prepare(key))
+        except BaseException as exc:  # handed to the item, which reports it in order
+            return Prepared(error=exc)
+
+    def _start(self, key: K) -> None:
+        if key not in self._futures:
+            self._futures[key] = self._pool.submit(self._run, key)
+
+    def ensure_started(self, upcoming: Iterable[K]) -> None:
+        """Start trials for the next keys until `size` run at once (or the lookahead is full)."""
+        with self._lock:
+            if self._closed:
+                return
+            for key in upcoming:
+                running = sum(not f.done() for f in self._futures.values())
+                if running >= self.size or len(self._futures) >= self.size * LOOKAHEAD:
+                    break
+                self._start(key)
+
+    def take(self, key: K) -> Prepared[R]:
+        """The prepared trial of `key` (waiting for it; starting it if nobody had)."""
+        with self._lock:
+            self._start(key)
+            future = self._futures[key]
+        prepared = future.result()
+        with self._lock:
+            del self._futures[key]
+        return prepared
+
+    def pending(self) -> list[K]:
+        """Keys started but not taken (trials an interrupted run leaves unreported)."""
+        with self._lock:
+            return list(self._futures)
+
+    def close(self) -> None:
+        """Cancel trials not yet started and wait for the running ones to clean up."""
+        with self._lock:
+            self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,166 @@
+"""`--concurrency`: trials run ahead in one process, yet every item reports as in a serial run.
+
+The analyst here waits a different time per question (so trials finish out of order) and then
+answers every question with the same count: it passes `l1-delivered-orders` and fails the
+others in their various ways, which is what the comparison with a serial run needs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_backintel.loading import DEFINITIONS_DIR
+from pytest_backintel.pipeline import TrialPipeline
+
+SLOW_ANALYST = """
+import hashlib, threading, time
+
+from pytest_backintel.analyst_api import AnalystRun
+from pytest_backintel.contract import AnalystAnswer
+
+SQL = "SELECT COUNT(*) AS delivered_orders FROM orders WHERE order_status = 'delivered'"
+ANSWER = AnalystAnswer.model_validate({
+    "status": "answered",
+    "metrics": [{"name": "delivered_orders", "value": 3715, "unit": "orders"}],
+    "evidence": [{"id": "e1", "kind": "sql", "code": SQL, "metrics": ["delivered_orders"]}],
+})
+IN_FLIGHT = [0, 0]  # now, most
+LOCK = threading.Lock()
+
+
+class Slow:
+    name = "slow"
+    kind = "custom"
+
+    def answer(self, task):
+        with LOCK:
+            IN_FLIGHT[0] += 1
+            IN_FLIGHT[1] = max(IN_FLIGHT)
+            print(f"in flight: {IN_FLIGHT[1]}", flush=True)
+        delay = int(hashlib.sha256(task.question.encode()).hexdigest(), 16) % 5 * 0.1
+        time.sleep(0.2 + delay)
+        with task.connect() as session:
+            session.run_sql(SQL)
+        with LOCK:
+            IN_FLIGHT[0] -= 1
+        return AnalystRun(output=ANSWER)
+
+
+def build(config):
+    return Slow()
+"""
+
+SELECTION = "development and (level1 or level2) and not unanswerable"
+
+
+def run(pytester: pytest.Pytester, run_id: str, *args: str) -> tuple[pytest.RunResult, Path]:
+    results = pytester.path / "results"
+    outcome = pytester.runpytest_subprocess(
+        str(DEFINITIONS_DIR),
+        *("-m", SELECTION, "-p", "no:cacheprovider", "--analyst", "slowanalyst:build"),
+        *("--results-dir", str(results), "--run-id", run_id, "--junitxml", f"{run_id}.xml"),
+        "-s",
+        *args,
+    )
+    return outcome, results / run_id
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+
+
+def comparable(record: dict) -> dict:
+    """A record without what differs between any two runs (times, ids, store names)."""
+    volatile = {"run_id", "recorded_at", "trace_id", "latency_s", "store", "worker"}
+    return {k: v for k, v in record.items() if k not in volatile}
+
+
+def junit_order(path: Path) -> list[tuple[str, str]]:
+    cases = ET.parse(path).getroot().iter("testcase")
+    return [
+        (c.get("name", ""), "failure" if c.find("failure") is not None else "ok") for c in cases
+    ]
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    (pytester.path / "slowanalyst.py").write_text(SLOW_ANALYST)
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    return pytester
+
+
+def test_concurrent_trials_report_exactly_as_a_serial_run(project: pytest.Pytester) -> None:
+    serial, serial_dir = run(project, "serial", "--concurrency", "1", "-p", "no:xdist")
+    concurrent, concurrent_dir = run(project, "concurrent", "--concurrency", "8", "-p", "no:xdist")
+    serial_records, concurrent_records = records(serial_dir), records(concurrent_dir)
+    assert len(serial_records) >= 20
+    assert [comparable(r) for r in concurrent_records] == [comparable(r) for r in serial_records]
+    outcomes = {r["outcome"] for r in serial_records}
+    assert "pass" in outcomes, "the comparison needs passes"
+    assert len(outcomes) >= 2, "and failures"
+    assert junit_order(project.path / "concurrent.xml") == junit_order(project.path / "serial.xml")
+    assert serial.parseoutcomes() == concurrent.parseoutcomes()
+    concurrent.stdout.no_fnmatch_line("*in flight: 9*")
+    serial.stdout.no_fnmatch_line("*in flight: 2*")
+    concurrent.stdout.fnmatch_lines(["*in flight: 8*"])
+
+
+def test_concurrency_per_xdist_worker(project: pytest.Pytester) -> None:
+    serial, serial_dir = run(project, "serial", "--concurrency", "1", "-p", "no:xdist")
+    spread, spread_dir = run(project, "spread", "--concurrency", "4", "-n", "2")
+    by_node = {r["nodeid"]: comparable(r) for r in records(serial_dir)}
+    spread_records = records(spread_dir)
+    assert {r["nodeid"]: comparable(r) | {"worker": None} for r in spread_records} == {
+        k: v | {"worker": None} for k, v in by_node.items()
+    }
+    assert {r["worker"] for r in spread_records} == {"gw0", "gw1"}
+    counts = serial.parseoutcomes()
+    spread.assert_outcomes(passed=counts["passed"], failed=counts["failed"])
+
+
+def test_a_stopped_run_cleans_up_the_trials_it_started_ahead(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = project.path / "own-data"  # a data folder no other test provisions stores in
+    monkeypatch.setenv("BACKINTEL_DATA_DIR", str(data))
+    result, run_dir = run(project, "stopped", "--concurrency", "8", "-p", "no:xdist", "-x")
+    assert result.parseoutcomes().get("failed") == 1
+    assert len(records(run_dir)) < 20
+    stores = data / "stores"
+    assert stores.is_dir()
+    assert not [p for p in stores.rglob("bi_*") if p.exists()]
+
+
+def test_the_pipeline_keeps_n_in_flight_and_hands_each_result_over_once() -> None:
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def prepare(key: int) -> int:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.02 * (key % 3))
+        with lock:
+            now[0] -= 1
+        if key == 5:
+            raise RuntimeError("store failed")
+        return key * 10
+
+    pipeline: TrialPipeline[int, int] = TrialPipeline(3, prepare)
+    keys = list(range(12))
+    taken = []
+    for n, key in enumerate(keys):
+        pipeline.ensure_started(keys[n:])
+        prepared = pipeline.take(key)
+        taken.append(prepared.result if prepared.error is None else str(prepared.error))
+    pipeline.close()
+    assert taken == [k * 10 if k != 5 else "store failed" for k in keys]
+    assert most[0] == 3
+    assert pipeline.pending() == []
+    with pytest.raises(ValueError, match="at least 1"):
+        TrialPipeline(0, prepare)
