@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Span, Status, StatusCode
 
 from pytest_backintel.records import read_records
@@ -159,7 +159,10 @@ class Tracing:
 
     def __init__(self, run_dir: Path, worker: str) -> None:
         self.exporter = JsonlSpanExporter(run_dir / "parts" / f"traces-{worker}.jsonl", worker)
-        self._processor = SimpleSpanProcessor(self.exporter)
+        # Exported off the trial's thread, in batches; everything is flushed at close.
+        self._processor: SpanProcessor = BatchSpanProcessor(
+            self.exporter, schedule_delay_millis=500
+        )
         self._provider: TracerProvider | None = None
         self._own_provider = False
         self._previous: InstrumentationSettings | bool = False

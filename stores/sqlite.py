@@ -234,6 +234,12 @@ def sqlite_logical_fingerprint(conn: sqlite3.Connection) -> str:
     return hasher.hexdigest()
 
 
+def _same_file_state(before: os.stat_result, now: os.stat_result) -> bool:
+    """Nothing wrote the file between the two stats (same inode, size, times, mode)."""
+    fields = ("st_ino", "st_size", "st_mtime_ns", "st_ctime_ns", "st_mode")
+    return all(getattr(before, f) == getattr(now, f) for f in fields)
+
+
 class SQLiteProvisionedStore(ProvisionedStore):
     """One item's read-only database file and the sessions opened on it."""
 
@@ -255,6 +261,9 @@ class SQLiteProvisionedStore(ProvisionedStore):
         """Logical fingerprint by physical hash: the same bytes always hold the same content."""
         self._sessions: list[SQLiteSession] = []
         self._torn_down = False
+        self._pristine: tuple[os.stat_result, str] | None = None
+        """The copy's stat and its template's hash, right after provisioning: the first
+        fingerprint of an untouched copy is the template's, without hashing it again."""
 
     @property
     def mount_path(self) -> Path:
@@ -273,7 +282,12 @@ class SQLiteProvisionedStore(ProvisionedStore):
     def fingerprint(self) -> Fingerprint:
         """Logical and physical hashes; the logical one read through a private connection."""
         self._check_live()
-        physical = file_sha256(self._path)
+        pristine, self._pristine = self._pristine, None
+        physical = (
+            pristine[1]
+            if pristine is not None and _same_file_state(pristine[0], self._path.stat())
+            else file_sha256(self._path)
+        )
         logical = self._logical_cache.get(physical)
         if logical is None:
             conn = _connect_read_only(self._path)
@@ -316,6 +330,7 @@ class SQLiteStore(Store):
         self._templates = TemplateCache(self.workdir)
         self._live: dict[str, SQLiteProvisionedStore] = {}
         self._logical_cache: dict[str, str] = {}
+        self._template_hashes: dict[tuple[str, int, int, int], str] = {}
 
     def provision(self, dataset: DatasetFiles) -> SQLiteProvisionedStore:
         source = self._templates.template(dataset)
@@ -338,11 +353,20 @@ class SQLiteStore(Store):
         try:
             shutil.copyfile(source, dest)
             dest.chmod(0o444)
+            store._pristine = (dest.stat(), self._template_hash(source))
         except OSError as exc:
             store.teardown()
             raise StoreError(f"cannot copy dataset {dataset.name!r} to {dest}: {exc}") from exc
         self._live[store_id] = store
         return store
+
+    def _template_hash(self, template: Path) -> str:
+        """The template's SHA-256, hashed once per state of the file."""
+        state = template.stat()
+        key = (str(template), state.st_size, state.st_mtime_ns, state.st_ino)
+        if key not in self._template_hashes:
+            self._template_hashes[key] = file_sha256(template)
+        return self._template_hashes[key]
 
     def teardown_session(self) -> None:
         """Tear down stores still alive and delete this process's built templates."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -76,19 +77,25 @@ def _answer() -> dict[str, object]:
     }
 
 
-def _items_wall(tmp: Path, trials: int) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _items_cost(tmp: Path, trials: int) -> tuple[float, float]:
+    """Wall and CPU seconds of one pytest process running `trials` items."""
     env = {**os.environ, "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     command = [
         *(sys.executable, "-m", "pytest", str(SCENARIO), "-q", "-p", "no:xdist"),
         *("--analyst", "trivialagent:build", "--trials", str(trials)),
         *("--results-dir", str(tmp / "results"), "--run-id", f"t{trials}-{time.time_ns()}"),
     ]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _children_cpu() - cpu
     if done.returncode != 0:
         raise AssertionError(f"the benchmark run failed:\n{done.stdout[-3000:]}{done.stderr}")
-    return wall
+    return wall, cpu
 
 
 def test_item_overhead_against_the_plain_agent_loop(tmp_path: Path) -> None:
@@ -101,13 +108,16 @@ def test_item_overhead_against_the_plain_agent_loop(tmp_path: Path) -> None:
     agent = trivialagent.build_agent()
     question = "How many orders have the status delivered?"
     agent.run_sync(question)  # warm-up
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(SAMPLES):
         agent.run_sync(question)
-    plain_ms = (time.perf_counter() - start) / SAMPLES * 1000
-    _items_wall(tmp_path, 2)  # warm-up: builds the world once
-    item_ms = (_items_wall(tmp_path, 20 + SAMPLES) - _items_wall(tmp_path, 20)) / SAMPLES * 1000
+    plain = ((time.perf_counter() - start) * 1000, (time.process_time() - cpu) * 1000)
+    _items_cost(tmp_path, 2)  # warm-up: builds the world once
+    many, few = _items_cost(tmp_path, 20 + SAMPLES), _items_cost(tmp_path, 20)
+    item = ((many[0] - few[0]) * 1000, (many[1] - few[1]) * 1000)
     print(f"\nper-sample cost on a trivial task ({SAMPLES} samples, one model request each)")
-    print(f"{'path':<36} {'ms/sample':>10} {'ratio':>7}")
-    print(f"{'plain agent.run_sync loop':<36} {plain_ms:>10.1f} {1.0:>7.2f}")
-    print(f"{'BackIntel item (serial)':<36} {item_ms:>10.1f} {item_ms / plain_ms:>7.2f}")
+    print(f"{'path':<28} {'wall ms':>8} {'ratio':>6} {'CPU ms':>8} {'ratio':>6}")
+    for label, (wall, used) in (("plain agent.run_sync loop", plain), ("BackIntel item", item)):
+        wall, used = wall / SAMPLES, used / SAMPLES
+        ratio_wall, ratio_cpu = wall * SAMPLES / plain[0], used * SAMPLES / plain[1]
+        print(f"{label:<28} {wall:>8.1f} {ratio_wall:>6.2f} {used:>8.1f} {ratio_cpu:>6.2f}")
