@@ -91,11 +91,11 @@ class BenchSession:
         self.budget = RunBudget(self.run_dir, self.options.run_limits)
         self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
         self.reserved_cases: dict[str, set[str]] = {}
+        """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
         self.pipeline: TrialPipeline[ScenarioItem, tuple[TrialResult, str | None]] | None = None
         """Trials run ahead of pytest (`--concurrency` above 1); None for serial runs."""
         self._lock = threading.RLock()
         """Guards what trials in worker threads build lazily: worlds, backends, the sandbox."""
-        """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
 
     # -- lazily built, once per process --------------------------------------------------
     @property
