@@ -90,7 +90,7 @@ def test_the_docs_show_commands() -> None:
 
 
 @pytest.mark.parametrize(("where", "command"), COMMANDS, ids=[w for w, _ in COMMANDS])
-def test_a_documented_command_runs_as_written(where: str, command: str) -> None:
+def test_a_documented_command_runs_as_written(where: str, command: str, tmp_path: Path) -> None:
     if command in NOT_COLLECTED:
         pytest.skip(NOT_COLLECTED[command])
     env, words = _split(command)
@@ -103,7 +103,8 @@ def test_a_documented_command_runs_as_written(where: str, command: str) -> None:
     args = _without_workers(words[1:])
     done = subprocess.run(
         # syrupy fails a collect-only session for "unused" snapshots; xdist is not needed
-        [sys.executable, "-m", "pytest", *args, "--collect-only", "-q", *NO_PLUGINS],
+        [sys.executable, "-m", "pytest", *args, "--collect-only", "-q", *NO_PLUGINS]
+        + ["--results-dir", str(tmp_path / "results")],  # nothing written into the repository
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,
