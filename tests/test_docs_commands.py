@@ -101,10 +101,10 @@ def test_a_documented_command_runs_as_written(where: str, command: str, tmp_path
             pytest.fail(f"{where}: `{command}` does not parse (exit {exc.code})")
         return
     args = _without_workers(words[1:])
+    results = ["--results-dir", str(tmp_path / "results")]  # nothing written into the repo
     done = subprocess.run(
         # syrupy fails a collect-only session for "unused" snapshots; xdist is not needed
-        [sys.executable, "-m", "pytest", *args, "--collect-only", "-q", *NO_PLUGINS]
-        + ["--results-dir", str(tmp_path / "results")],  # nothing written into the repository
+        [sys.executable, "-m", "pytest", *args, "--collect-only", "-q", *NO_PLUGINS, *results],
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,
