@@ -1,4 +1,4 @@
-"""Check queries written for SQLite give the same numbers on DuckDB and PostgreSQL."""
+"""Check queries written for SQLite give the same numbers on DuckDB, PostgreSQL and ClickHouse."""
 
 import os
 import sqlite3
@@ -17,6 +17,8 @@ QUERIES = {
     "sum_of_predicates": f"SELECT SUM(b > a) + AVG(x > 3) AS v FROM ({ROWS})",
     "round": f"SELECT ROUND(x, 2) AS v FROM ({ROWS})",
     "month": f"SELECT CAST(strftime('%m', a) AS INTEGER) AS v FROM ({ROWS})",
+    "round_half": "SELECT ROUND(1.005, 2) + ROUND(2.5) AS v",
+    "year_of_text": f"SELECT CAST(strftime('%Y', a) AS INTEGER) * 100 AS v FROM ({ROWS})",
 }
 DSN = os.environ.get("BACKINTEL_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -38,6 +40,23 @@ def test_postgres_agrees_with_sqlite(name: str) -> None:
     with psycopg.connect(DSN) as conn:
         got = conn.execute(translate(sql, "postgres")).fetchone()[0]  # type: ignore[index]
     assert float(got) == pytest.approx(sqlite_value(sql), abs=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_clickhouse_agrees_with_sqlite(name: str) -> None:
+    from chdb.state import sqlitelike
+
+    conn = sqlitelike.Connection(":memory:?session_timezone=UTC")
+    try:
+        got = str(conn.query(translate(QUERIES[name], "clickhouse"), "CSV")).strip()
+    finally:
+        conn.close()
+    assert float(got) == pytest.approx(sqlite_value(QUERIES[name]), abs=1e-6)
+
+
+def test_clickhouse_refuses_date_modifiers_it_cannot_translate() -> None:
+    with pytest.raises(ValueError, match="no ClickHouse translation"):
+        translate("SELECT date(a, '+1 day') AS v FROM t", "clickhouse")
 
 
 def test_sqlite_is_returned_unchanged_and_unknown_dialects_refused() -> None:

@@ -516,6 +516,9 @@ def tamper(item: ProvisionedStore) -> None:
         target.chmod(0o644)
         pq.write_table(pq.read_table(target).slice(1), target)
         return
+    if item.backend == "clickhouse":
+        item.engine.run(f"DELETE FROM {item.qualified('orders')} WHERE id = 1")  # type: ignore[attr-defined]
+        return
     if item.backend == "postgres":
         import psycopg
 
