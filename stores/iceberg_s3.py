@@ -116,7 +116,9 @@ class ProvisionedIcebergS3(FolderItem):
         """Every object key under the item's prefix (`<bucket>/<store id>/...`), sorted."""
         from pyarrow import fs
 
-        selector = fs.FileSelector(f"{self.endpoint.bucket}/{self.store_id}", recursive=True)
+        selector = fs.FileSelector(
+            f"{self.endpoint.bucket}/{self.store_id}", recursive=True, allow_not_found=True
+        )
         infos = self.endpoint.filesystem().get_file_info(selector)
         return sorted(i.path for i in infos if i.type == fs.FileType.File)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -28,8 +29,6 @@ from stores.base import StoreError
 __all__ = ["ENDPOINT_ENV", "MotoServer", "S3Endpoint", "endpoint_from_env"]
 
 ENDPOINT_ENV = "BACKINTEL_S3_ENDPOINT"
-_LOCAL_KEY = "backintel"
-"""moto accepts any credentials; these are the ones the local server is used with."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +138,8 @@ class MotoServer:
             if self._proc.poll() is not None:
                 break
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-                return S3Endpoint(f"http://127.0.0.1:{port}", "backintel", _LOCAL_KEY, _LOCAL_KEY)
+                key, secret = f"bi{secrets.token_hex(8)}", secrets.token_hex(16)  # moto takes any
+                return S3Endpoint(f"http://127.0.0.1:{port}", "backintel", key, secret)
             time.sleep(0.1)
         self.stop()
         tail = log.read_text(errors="replace")[-800:]
