@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CI=true
 # Backends that must run here: a missing one fails the conformance suite instead of skipping.
-export BACKINTEL_REQUIRE=sqlite,duckdb,postgres,iceberg,lake-parquet,files,files-mixed,multi
+export BACKINTEL_REQUIRE=sqlite,duckdb,postgres,iceberg,lake-parquet,files,files-mixed,multi,clickhouse,iceberg-s3
 
 step() { printf '\n== %s (%ss)\n' "$1" "$SECONDS"; }
 
@@ -45,7 +45,7 @@ uv run backintel report results/ci-main
 
 step "the development scenarios on every other backend"
 # Levels 4 and 7 are bound to their own stores (multi, lake-parquet) and ran above.
-for store in duckdb postgres iceberg lake-parquet files; do
+for store in duckdb postgres iceberg lake-parquet files clickhouse iceberg-s3; do
   uv run pytest -m "development and not level4 and not level7" -n 2 -q --store "$store"
 done
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlglot
 from sqlglot import exp
 
+from pytest_backintel import dialect_clickhouse
+
 __all__ = ["SOURCE_DIALECT", "translate"]
 
 SOURCE_DIALECT = "sqlite"
@@ -16,6 +18,7 @@ SOURCE_DIALECT = "sqlite"
 _EPOCH_SQL = {
     "duckdb": "epoch(CAST({arg} AS TIMESTAMP))",
     "postgres": "EXTRACT(EPOCH FROM CAST({arg} AS TIMESTAMP))",
+    "clickhouse": "toFloat64(parseDateTime64BestEffortOrNull(toString({arg}), 6, 'UTC'))",
 }
 
 
@@ -69,15 +72,20 @@ def _alias_subqueries(tree: exp.Expression) -> exp.Expression:
 
 
 def translate(sql: str, dialect: str) -> str:
-    """`sql` (SQLite dialect) as the same query in `dialect` (`sqlite`, `duckdb`, `postgres`)."""
+    """`sql` (SQLite dialect) as the same query in `dialect` (`sqlite`, `duckdb`, `postgres`,
+    `clickhouse`)."""
     if dialect == SOURCE_DIALECT:
         return sql
     if dialect not in _EPOCH_SQL:
-        raise ValueError(f"no SQL translation to {dialect!r}; known: sqlite, duckdb, postgres")
+        raise ValueError(
+            f"no SQL translation to {dialect!r}; known: sqlite, duckdb, postgres, clickhouse"
+        )
     tree = sqlglot.parse_one(sql, read=SOURCE_DIALECT)
     tree = tree.transform(lambda node: _rewrite_dates(node, dialect))
     tree = tree.transform(lambda node: _rewrite_epoch_format(node, dialect))
     tree = tree.transform(_truth_values)
     if dialect == "postgres":
         tree = _alias_subqueries(tree.transform(_round_numeric))
+    if dialect == "clickhouse":
+        tree = dialect_clickhouse.rewrite(tree)
     return tree.sql(dialect=dialect)

@@ -34,6 +34,8 @@ MARKERS = {
             "files",
             "files_mixed",
             "multi",
+            "clickhouse",
+            "iceberg_s3",
         )
     },
 }

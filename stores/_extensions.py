@@ -24,6 +24,7 @@ _WHEELS = {
     "iceberg": "duckdb_extension_iceberg",
     "avro": "duckdb_extension_avro",
     "tpch": "duckdb_extension_tpch",
+    "httpfs": "duckdb_extension_httpfs",
 }
 
 

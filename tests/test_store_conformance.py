@@ -44,7 +44,7 @@ from stores.registry import UnknownStoreError, available_stores, load_store_clas
 MULTI_SPECS = ["multi:sqlite:left_db+postgres:right_db", "multi:iceberg:ice_db+duckdb:duck_db"]
 BACKENDS = [b for b in available_stores() if b != "multi"] + MULTI_SPECS
 REQUIRED = {b.strip() for b in os.environ.get("BACKINTEL_REQUIRE", "").split(",") if b.strip()}
-DUCKDB_FAMILY = {"duckdb", "lake-parquet", "files", "files-mixed", "iceberg", "multi"}
+DUCKDB_FAMILY = {"duckdb", "lake-parquet", "files", "files-mixed", "iceberg", "iceberg-s3", "multi"}
 
 
 def family(spec: str) -> str:
@@ -453,6 +453,8 @@ def test_duckdb_engine_guard_holds_without_the_statement_check(
 
     (Temporary tables, SET VARIABLE and COPY into the item's own folder pass the engine, which
     is why `check_statement` refuses every non-SELECT statement first.)"""
+    if item.backend == "iceberg-s3" and sql.endswith("httpfs"):
+        sql = sql.replace("httpfs", "spatial")  # httpfs is this store's own, loaded already
     conn = item.engine_connection()  # type: ignore[attr-defined]
     try:
         assert conn.execute("SELECT count(*) FROM orders").fetchall() == [(250,)]
@@ -516,6 +518,17 @@ def tamper(item: ProvisionedStore) -> None:
         target.chmod(0o644)
         pq.write_table(pq.read_table(target).slice(1), target)
         return
+    if item.backend == "iceberg-s3":
+        s3 = item.endpoint.filesystem()  # type: ignore[attr-defined]
+        (key,) = [k for k in item.objects() if "/orders/data/" in k]  # type: ignore[attr-defined]
+        with s3.open_input_file(key) as f:
+            table, size = pq.read_table(f), f.size()
+        with s3.open_output_stream(key) as f:  # the manifest records the size: keep it
+            f.write(same_size_parquet(table.slice(1), size))
+        return
+    if item.backend == "clickhouse":
+        item.engine.run(f"DELETE FROM {item.qualified('orders')} WHERE id = 1")  # type: ignore[attr-defined]
+        return
     if item.backend == "postgres":
         import psycopg
 
@@ -546,6 +559,22 @@ def tamper(item: ProvisionedStore) -> None:
     else:
         lines = target.read_text().splitlines(keepends=True)
         target.write_text("".join(lines[:-1]))
+
+
+def same_size_parquet(table: pa.Table, size: int) -> bytes:
+    """`table` as Parquet of exactly `size` bytes, padded in its key-value metadata."""
+    pad = 0
+    for _ in range(8):
+        sink = pa.BufferOutputStream()
+        with pq.ParquetWriter(sink, table.schema, compression="zstd", store_schema=False) as out:
+            out.write_table(table)
+            out.add_key_value_metadata({"pad": "x" * pad})
+        data = sink.getvalue().to_pybytes()
+        if len(data) == size:
+            return data
+        pad += size - len(data)
+        assert pad >= 0, "the tampered table must be smaller than the original"
+    raise AssertionError(f"could not pad a Parquet file to {size} bytes")
 
 
 def test_fingerprint_sees_a_change_made_behind_the_store(
