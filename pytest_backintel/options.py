@@ -41,6 +41,9 @@ class BenchOptions:
     """`--record`: keep each trial's message history as a cassette for `replay:DIR`."""
     judge_model: str | None = None
     """`--judge-model`: scores the narrative separately, uncalibrated; never the outcome."""
+    freeze_baseline: str | None = None
+    """`--freeze-baseline`: the commit a frozen candidate's diff is checked against (default:
+    the last frozen run's commit)."""
 
 
 def _number(value: str, parse: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
@@ -147,6 +150,12 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help="declared plan for a further frozen run of the same candidate",
     )
+    group.addoption(
+        "--freeze-baseline",
+        default=None,
+        help="commit the candidate's diff is checked against the worker allowlist from "
+        "(default: the last frozen run's commit; the evaluator's own changes are declared here)",
+    )
     parser.addini(
         "backintel_manifests",
         type="linelist",
@@ -186,4 +195,5 @@ def read_options(config: pytest.Config) -> BenchOptions:
             max_cost_usd=config.getoption("--run-max-cost"),
         ),
         record=config.getoption("--record"),
+        freeze_baseline=config.getoption("--freeze-baseline"),
     )

@@ -23,7 +23,7 @@ from pytest_backintel.freeze import (
     FreezeError,
     candidate_id,
     check_candidate,
-    plan_items,
+    lock_plan,
     register_run,
     verify_lock,
 )
@@ -49,7 +49,8 @@ from pytest_backintel.sandbox.registry import (
     create_provider,
     load_provider_class,
 )
-from pytest_backintel.scenario import Scenario, Split
+from pytest_backintel.scenario import Scenario
+from pytest_backintel.sealed import SealedCase, SealedSuiteError, guard_reserved
 from pytest_backintel.trial import run_trial
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
@@ -84,6 +85,8 @@ class BenchSession:
         self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
         self.reserved_cases: dict[str, set[str]] = {}
         """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
+        self.reserved_note: list[str] = []
+        """The line saying reserved items were deselected from an unfrozen run."""
 
     # -- lazily built, once per process --------------------------------------------------
     @property
@@ -176,33 +179,22 @@ class BenchSession:
 
     def prepare_items(self, items: list[pytest.Item]) -> None:
         """Fail fast on a bad analyst; keep reserved scenarios out of unfrozen runs."""
-        scenario_items = [i for i in items if isinstance(i, ScenarioItem)]
+        scenario_items = [i for i in items if isinstance(i, ScenarioItem | SealedCase)]
         if not scenario_items:
             return
         try:
             self.analyst  # noqa: B018 - load once, report a bad --analyst as a usage error
         except AnalystLoadError as exc:
             raise pytest.UsageError(str(exc)) from exc
-        reserved = [i for i in scenario_items if i.scenario.split is Split.RESERVED]
         if not self.options.freeze:
-            for item in reserved:
-                item.add_marker(
-                    pytest.mark.skip(
-                        reason="reserved scenarios run only in a frozen run (--freeze)"
-                    )
-                )
+            self.reserved_note = guard_reserved(self.config, items)
             return
         candidate = self.candidate()
-        entry = {
-            "run_id": self.run_id,
-            "candidate_id": candidate_id(candidate),
-            "candidate": candidate,
-        }
-        selected = [(i.suite, i.scenario.id, i.nodeid) for i in reserved]
-        manifests = [i.manifest for i in scenario_items if i.manifest is not None]
+        entry: dict[str, Any] = {"run_id": self.run_id, "candidate": candidate}
+        entry["candidate_id"] = candidate_id(candidate)
         try:
-            plan_items(self.run_dir, entry, selected, self.reserved_cases, manifests)
-        except FreezeError as exc:
+            lock_plan(self.run_dir, entry, items, self.reserved_cases, self.data_dir)
+        except (FreezeError, SealedSuiteError) as exc:
             raise pytest.UsageError(str(exc)) from exc
 
     # -- items ----------------------------------------------------------------------------
@@ -336,15 +328,13 @@ class BenchSession:
     def start(self) -> None:
         if not self.is_controller:
             return
-        header = self.run_header()
-        if self.options.freeze:
+        header, opts = self.run_header(), self.options
+        if opts.freeze:
             try:
-                check_candidate(header["git"])
+                results, baseline = self.root / self.options.results_dir, opts.freeze_baseline
+                diff = check_candidate(header["git"], self.root, results, baseline)
                 header["freeze"] = register_run(
-                    self.root / self.options.results_dir,
-                    self.run_id,
-                    self.candidate(),
-                    self.options.freeze_plan,
+                    results, self.run_id, self.candidate(), opts.freeze_plan, diff
                 )
             except FreezeError as exc:
                 raise pytest.UsageError(str(exc)) from exc
