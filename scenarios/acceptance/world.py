@@ -13,8 +13,10 @@ changed since is an error, never silently rebuilt.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 from filelock import FileLock
@@ -29,6 +31,7 @@ from scenarios.acceptance.builder import (
 from scenarios.acceptance.checks import AcceptanceBuildError
 from scenarios.acceptance.manifest import MANIFEST_DIR, SUITE, Manifest, load_manifest
 from scenarios.acceptance.model import SPLITS
+from scenarios.acceptance.rotation import RETIRED_PATH, retired_manifest
 from scenarios.acceptance.sealing import COMMITMENT_PATH, load_commitment, unseal, unsealed_path
 from scenarios.acceptance.storage import fingerprint
 from scenarios.acceptance.verify import case_problems
@@ -61,7 +64,7 @@ class AcceptanceWorld(World):
     def commitment(self) -> Path:
         return self.manifest_dir / COMMITMENT_PATH.name
 
-    def unseal(self, commitment: Path, data_dir: Path) -> tuple[Path, dict[str, object]]:
+    def unseal(self, commitment: Path, data_dir: Path) -> tuple[Path, dict[str, Any]]:
         """`sealing.unseal`: the reserved split from the evaluator's secret, checked against
         `commitment`; afterwards `reserved-<key>` snapshots are served from it."""
         path, record = unseal(commitment, data_dir)
@@ -80,6 +83,9 @@ class AcceptanceWorld(World):
     def manifest(self, split: str, data_dir: Path | None = None) -> Manifest:
         if split == "reserved":
             return self._unsealed(data_dir)
+        if split.startswith("retired") and split not in self._manifests:
+            path = self.manifest_dir / RETIRED_PATH.name
+            self._manifests[split] = retired_manifest(int(split.removeprefix("retired")), path)
         if split not in self._manifests:
             manifest = load_manifest(split, self.manifest_dir)
             if manifest.seed != self.seed:
@@ -102,7 +108,9 @@ class AcceptanceWorld(World):
         return self._manifests["reserved"]
 
     def _split_of(self, snapshot: str) -> str:
-        split = next((s for s in SPLITS if snapshot.startswith(f"{s}-")), None)
+        retired = re.match(r"(retired\d+)-", snapshot)
+        split = retired.group(1) if retired else None
+        split = split or next((s for s in SPLITS if snapshot.startswith(f"{s}-")), None)
         if split is None:
             raise ValueError(
                 f"world {SUITE!r}: snapshot {snapshot!r} is not '<split>-<case>' with split in "
@@ -154,6 +162,8 @@ class AcceptanceWorld(World):
         )
 
     def _rebuild(self, data_dir: Path, manifest: Manifest) -> None:
+        if manifest.split.startswith("retired"):
+            return self._rebuild_retired(data_dir, manifest)
         built = build_acceptance(AcceptanceSettings(data_dir, self.seed), manifest.split)
         if built.to_json() != manifest.to_json():
             differing = [
@@ -175,3 +185,20 @@ class AcceptanceWorld(World):
         if files.sqlite_path is None:
             raise ValueError(f"acceptance dataset {files.name} has no SQLite file")
         return fingerprint(files.sqlite_path).logical
+
+    def _rebuild_retired(self, data_dir: Path, manifest: Manifest) -> None:
+        """Rebuild a retired rotation's stores from its recorded seed; each retired case must
+        come back with the reference and store checksums it was retired with."""
+        built = build_acceptance(AcceptanceSettings(data_dir, manifest.seed), "reserved")
+        by_key = {c.snapshot.removeprefix("reserved-"): c for c in built.cases}
+        differing = [
+            c.id
+            for c in manifest.cases
+            if (b := by_key.get(c.snapshot.split("-", 1)[1])) is None
+            or (b.reference, b.store) != (c.reference, c.store)
+        ]
+        if differing:
+            raise AcceptanceBuildError(
+                f"{SUITE}/{manifest.split}: the builder no longer reproduces the retired cases "
+                f"{', '.join(differing)} from their recorded seed"
+            )
