@@ -76,12 +76,24 @@ def _globs(data: dict[str, Any], section: str, path: Path) -> tuple[str, ...]:
     return tuple(paths)
 
 
-def load_allowlist(root: Path) -> Allowlist | None:
-    """The root's allowlist, or None when the repository has none."""
+def load_allowlist(root: Path, ref: str | None = None) -> Allowlist | None:
+    """The root's allowlist (as committed at `ref`, else in the work tree), or None when the
+    repository has none."""
     path = root / ALLOWLIST_FILE
-    if not path.is_file():
+    if ref is not None:
+        shown = subprocess.run(
+            ["git", "show", f"{ref}:{ALLOWLIST_FILE}"], cwd=root, capture_output=True, check=False
+        )
+        if shown.returncode == 0:
+            raw = shown.stdout
+        elif not path.is_file():
+            return None
+        else:
+            raw = path.read_bytes()
+    elif not path.is_file():
         return None
-    raw = path.read_bytes()
+    else:
+        raw = path.read_bytes()
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -123,10 +135,13 @@ def check_worker_diff(
     root: Path, results_dir: Path, baseline: str | None = None, candidate: str = "HEAD"
 ) -> dict[str, Any]:
     """Refuse a candidate whose diff against the baseline (given, else the last frozen run's
-    commit) touches a path outside the allowlist's `edit` globs; return what was checked."""
-    allowlist = load_allowlist(root)
+    commit) touches a path outside the allowlist's `edit` globs; return what was checked.
+    The allowlist is the baseline's, so a candidate cannot widen its own."""
     cand = _commit(root, candidate, "candidate")
     base_ref = baseline or last_frozen_sha(results_dir)
+    what = "--freeze-baseline" if baseline else f"the last frozen run's commit (in {results_dir})"
+    base = _commit(root, base_ref, what) if base_ref else None
+    allowlist = load_allowlist(root, base)
     record: dict[str, Any] = {
         "allowlist": str(allowlist.path) if allowlist else None,
         "allowlist_sha256": allowlist.sha256 if allowlist else None,
@@ -134,10 +149,8 @@ def check_worker_diff(
         "candidate": cand,
         "changed": [],
     }
-    if allowlist is None or base_ref is None:
+    if allowlist is None or base is None:
         return record
-    what = "--freeze-baseline" if baseline else f"the last frozen run's commit (in {results_dir})"
-    base = _commit(root, base_ref, what)
     changed = sorted(
         p
         for p in _git(root, "diff", "--name-only", "--no-renames", "-z", base, cand).split("\0")
