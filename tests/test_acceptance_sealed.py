@@ -219,3 +219,13 @@ def test_rotation_retires_used_cases_to_regression_and_issues_a_new_secret(
     assert "17 cases match their commitments" in capsys.readouterr().out
     assert main([*args, "--secret-out", str(out)]) == 1
     assert "exists" in capsys.readouterr().err
+
+
+def test_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (REPO_ROOT / "docs" / "acceptance.md").read_text(encoding="utf-8")
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "docs/acceptance.md", "exec"), namespace)
+    assert namespace["manifest"].to_json() == load_manifest("development").to_json()
+    assert len(list((tmp_path / "data" / "acceptance" / "development").glob("*.sqlite"))) == 17
