@@ -119,14 +119,16 @@ def _commit(root: Path, ref: str, what: str) -> str:
 
 
 def last_frozen_sha(results_dir: Path) -> str | None:
-    """The candidate commit of the most recent frozen run registered under `results_dir`."""
+    """The candidate commit of the most recent frozen run registered under `results_dir` that
+    locked its plan (a run refused before that never measured anything)."""
     path = results_dir / "frozen-runs.jsonl"
     if not path.is_file():
         return None
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     for line in reversed(lines):
-        sha = json.loads(line).get("candidate", {}).get("git_sha")
-        if sha:
+        entry = json.loads(line)
+        sha = entry.get("candidate", {}).get("git_sha")
+        if sha and (results_dir / str(entry.get("run_id")) / "freeze.lock.json").exists():
             return str(sha)
     return None
 

@@ -33,6 +33,9 @@ __all__ = [
 ]
 
 
+LOCK = "freeze.lock.json"
+
+
 class FreezeError(Exception):
     """A frozen run cannot start as asked; the message says what to do."""
 
@@ -78,7 +81,11 @@ def register_run(
     earlier = []
     if path.exists():
         earlier = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    previous = [e["run_id"] for e in earlier if e.get("candidate_id") == cid]
+    previous = [  # a run refused before its plan was locked never ran: it does not count
+        e["run_id"]
+        for e in earlier
+        if e.get("candidate_id") == cid and (results_dir / e["run_id"] / LOCK).exists()
+    ]
     if previous and not plan_reason:
         raise FreezeError(
             f"candidate {cid} already has frozen run(s) {', '.join(previous)}; a further frozen "
@@ -133,7 +140,7 @@ def plan_items(
         "sealed": sealed or [],
         "locked_at": now_iso(),
     }
-    path = run_dir / "freeze.lock.json"
+    path = run_dir / LOCK
     if not path.exists():
         write_json(path, lock)
 
@@ -161,7 +168,7 @@ def lock_plan(
 
 def verify_lock(run_dir: Path) -> dict[str, Any] | None:
     """After a frozen run: did every manifest keep the checksum it had when the plan was locked?"""
-    path = run_dir / "freeze.lock.json"
+    path = run_dir / LOCK
     if not path.exists():
         return None
     lock = json.loads(path.read_text())

@@ -87,6 +87,8 @@ def repo(tmp_path: Path) -> Path:
     results.mkdir()
     entry = {"run_id": "r1", "candidate": {"git_sha": _git(tmp_path, "rev-parse", "HEAD")}}
     (results / "frozen-runs.jsonl").write_text(json.dumps(entry) + "\n")
+    (results / "r1").mkdir()
+    (results / "r1" / "freeze.lock.json").write_text("{}")
     return tmp_path
 
 

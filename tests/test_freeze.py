@@ -175,3 +175,20 @@ def test_a_frozen_run_needs_a_clean_tree(pytester: pytest.Pytester, candidate: P
     result = run(pytester, "-m", "reserved", "--freeze")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--freeze needs a clean work tree*"])
+
+
+def test_a_run_refused_before_locking_its_plan_does_not_count_as_a_frozen_run(
+    tmp_path: Path,
+) -> None:
+    from pytest_backintel.allowlist import last_frozen_sha
+    from pytest_backintel.freeze import FreezeError, register_run
+
+    candidate = {"git_sha": "a" * 40}
+    register_run(tmp_path, "refused", candidate, None)
+    assert last_frozen_sha(tmp_path) is None
+    register_run(tmp_path, "ran", candidate, None)  # no plan needed: nothing ran before
+    (tmp_path / "ran").mkdir()
+    (tmp_path / "ran" / "freeze.lock.json").write_text("{}")
+    assert last_frozen_sha(tmp_path) == "a" * 40
+    with pytest.raises(FreezeError, match="already has frozen run"):
+        register_run(tmp_path, "again", candidate, None)
