@@ -39,6 +39,13 @@ __all__ = [
 ]
 
 
+REFUSAL = (
+    "reserved cases run only in a frozen run of the whole suite: add --freeze "
+    "(pytest -m reserved --freeze, with the evaluator's secret set), or leave them out "
+    "(-m 'not reserved')"
+)
+
+
 class SealedSuiteError(Exception):
     """A sealed suite cannot be opened: the secret is missing or different, or the generator
     no longer reproduces the commitment. The message names which and what to do."""
@@ -56,12 +63,18 @@ class SealedWorld(Protocol):
 
 
 class SealedCase(pytest.Item):
-    """One trial of a reserved case that is still sealed (name and markers only)."""
+    """One trial of a reserved case that is still sealed (name and markers only); run, it
+    fails saying why (an xdist worker cannot stop the run with a usage error)."""
 
     case_id: str
 
     def runtest(self) -> None:
-        raise SealedSuiteError(f"{self.case_id} is sealed: only a frozen run (--freeze) opens it")
+        raise SealedSuiteError(f"{self.case_id}: {REFUSAL}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, SealedSuiteError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, 0, f"sealed reserved case {self.case_id}"
@@ -109,13 +122,17 @@ def guard_reserved(config: pytest.Config, items: list[pytest.Item]) -> list[str]
     if not reserved:
         return []
     if _explicit(config, reserved):
+        if hasattr(config, "workerinput"):  # xdist worker: refuse item by item, never run one
+            for index, item in enumerate(items):
+                if is_reserved(item) and not isinstance(item, SealedCase):
+                    assert item.parent is not None
+                    refusal = SealedCase.from_parent(item.parent, name=item.name)
+                    refusal.case_id, items[index] = item.name, refusal
+            return []
         names = ", ".join(item.name for item in reserved[:3])
         more = f" and {len(reserved) - 3} more" if len(reserved) > 3 else ""
         raise pytest.UsageError(
-            f"the selection includes {len(reserved)} reserved item(s) ({names}{more}); reserved "
-            "cases run only in a frozen run of the whole suite: add --freeze "
-            "(pytest -m reserved --freeze, with the evaluator's secret set), or leave them out "
-            "(-m 'not reserved')"
+            f"the selection includes {len(reserved)} reserved item(s) ({names}{more}); {REFUSAL}"
         )
     config.hook.pytest_deselected(items=reserved)
     items[:] = [item for item in items if not is_reserved(item)]

@@ -82,6 +82,18 @@ def test_selecting_reserved_items_without_freeze_is_a_usage_error_naming_freeze(
     assert "skipped" not in result.stdout.str()
 
 
+def test_under_xdist_each_selected_reserved_item_fails_naming_freeze_and_none_runs(
+    pytester: pytest.Pytester, candidate: Path
+) -> None:
+    result = run(pytester, "-m", "reserved", "-n", "2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=17)
+    result.stdout.fnmatch_lines(["acc-res-signed-revenue: reserved cases run only*add --freeze*"])
+    assert not (candidate / "results").exists() or not list(
+        (candidate / "results").rglob("records.jsonl")
+    )
+
+
 def test_a_plain_run_deselects_reserved_items_with_one_line(
     pytester: pytest.Pytester, candidate: Path
 ) -> None:
