@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_backintel.cli import main
+from pytest_backintel.scenario import Scenario, Split
 from pytest_backintel.sealed import SealedSuiteError
 from scenarios.acceptance import builder as builder_module
 from scenarios.acceptance.manifest import Manifest, load_manifest
@@ -206,7 +207,7 @@ def test_rotation_retires_used_cases_to_regression_and_issues_a_new_secret(
     retired = json.loads((suite / "retired.json").read_text())
     [case] = retired["cases"]
     assert case["scenario"]["id"] == "acc-ret1-zero-profit"
-    assert case["scenario"]["split"] == "regression"
+    assert Scenario.model_validate(case["scenario"]).split is Split.REGRESSION
     files = AcceptanceWorld(manifest_dir=suite).ensure_built(
         tmp_path / "fresh", "retired1-zero-profit"
     )
