@@ -122,6 +122,28 @@ def _score(args: argparse.Namespace) -> int:
     return 0 if score.outcome.passed else 1
 
 
+def _freeze_check(args: argparse.Namespace) -> int:
+    """Refuse a candidate whose diff against the frozen baseline leaves the worker allowlist."""
+    from pytest_backintel.allowlist import ALLOWLIST_FILE, AllowlistError, check_worker_diff
+
+    root = Path(args.repo).resolve()
+    try:
+        done = check_worker_diff(root, root / args.results_dir, args.baseline, args.candidate)
+    except AllowlistError as exc:
+        print(f"backintel freeze check: {exc}", file=sys.stderr)
+        return 1
+    if done["allowlist"] is None:
+        print(f"no {ALLOWLIST_FILE} in {root}: nothing restricts what a worker may change")
+    elif done["baseline"] is None:
+        print(f"candidate {done['candidate'][:12]}: no frozen baseline yet (nothing to compare)")
+    else:
+        print(
+            f"candidate {done['candidate'][:12]} against baseline {done['baseline'][:12]}: "
+            f"{len(done['changed'])} changed path(s), all inside {ALLOWLIST_FILE} [edit]"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="backintel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -141,8 +163,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default="sqlite", help="store backend to re-execute evidence on")
     p.add_argument("answer", help="the answer's JSON file")
     p.set_defaults(func=_score)
+    freeze = sub.add_parser("freeze", help="frozen runs").add_subparsers(
+        dest="freeze_cmd", required=True
+    )
+    p = freeze.add_parser("check", help="refuse a candidate that edits outside the allowlist")
+    p.add_argument("--baseline", default=None, help="frozen baseline (default: last frozen run)")
+    p.add_argument("--candidate", default="HEAD", help="candidate commit")
+    p.add_argument("--repo", default=".", help="repository root")
+    p.add_argument("--results-dir", default="results", help="where frozen-runs.jsonl is")
+    p.set_defaults(func=_freeze_check)
     for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
-        command.load()(sub, {"data": data})
+        command.load()(sub, {"data": data})  # suites' and reports' own commands
     return parser
 
 

@@ -15,9 +15,25 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.records import now_iso, write_json
+import pytest
 
-__all__ = ["FreezeError", "candidate_id", "check_candidate", "plan_items", "register_run"]
+from pytest_backintel.allowlist import AllowlistError, check_worker_diff
+from pytest_backintel.collect import ScenarioItem
+from pytest_backintel.records import now_iso, write_json
+from pytest_backintel.scenario import Split
+from pytest_backintel.sealed import unseal_items
+
+__all__ = [
+    "FreezeError",
+    "candidate_id",
+    "check_candidate",
+    "lock_plan",
+    "plan_items",
+    "register_run",
+]
+
+
+LOCK = "freeze.lock.json"
 
 
 class FreezeError(Exception):
@@ -28,7 +44,11 @@ def candidate_id(candidate: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(candidate, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def check_candidate(git: dict[str, Any]) -> None:
+def check_candidate(
+    git: dict[str, Any], root: Path, results_dir: Path, baseline: str | None = None
+) -> dict[str, Any]:
+    """A committed, clean candidate whose diff against the frozen baseline stays inside the
+    worker allowlist (`pytest_backintel.allowlist`); returns what the diff check saw."""
     if git.get("sha") is None:
         raise FreezeError(
             "--freeze needs a git checkout: the candidate is identified by its commit"
@@ -38,6 +58,10 @@ def check_candidate(git: dict[str, Any]) -> None:
             "--freeze needs a clean work tree: commit the candidate first "
             "(`git status` lists the changes)"
         )
+    try:
+        return check_worker_diff(root, results_dir, baseline)
+    except AllowlistError as exc:
+        raise FreezeError(f"--freeze: {exc}") from exc
 
 
 def registry_path(results_dir: Path) -> Path:
@@ -45,7 +69,11 @@ def registry_path(results_dir: Path) -> Path:
 
 
 def register_run(
-    results_dir: Path, run_id: str, candidate: dict[str, Any], plan_reason: str | None
+    results_dir: Path,
+    run_id: str,
+    candidate: dict[str, Any],
+    plan_reason: str | None,
+    worker_diff: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Append this frozen run to the registry; a repeat of a candidate needs a declared plan."""
     cid = candidate_id(candidate)
@@ -53,7 +81,11 @@ def register_run(
     earlier = []
     if path.exists():
         earlier = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    previous = [e["run_id"] for e in earlier if e.get("candidate_id") == cid]
+    previous = [  # a run refused before its plan was locked never ran: it does not count
+        e["run_id"]
+        for e in earlier
+        if e.get("candidate_id") == cid and (results_dir / e["run_id"] / LOCK).exists()
+    ]
     if previous and not plan_reason:
         raise FreezeError(
             f"candidate {cid} already has frozen run(s) {', '.join(previous)}; a further frozen "
@@ -67,6 +99,7 @@ def register_run(
         "started_at": now_iso(),
         "plan": plan_reason,
         "repeat_of": previous,
+        "worker_diff": worker_diff,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as fh:
@@ -80,6 +113,7 @@ def plan_items(
     selected: Iterable[tuple[str, str, str]],
     all_reserved: dict[str, set[str]],
     manifests: Iterable[Path],
+    sealed: list[dict[str, Any]] | None = None,
 ) -> None:
     """Check the reserved selection is whole suites, then write the lock with the trial plan.
 
@@ -103,16 +137,38 @@ def plan_items(
         "manifests": {
             str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(set(manifests))
         },
+        "sealed": sealed or [],
         "locked_at": now_iso(),
     }
-    path = run_dir / "freeze.lock.json"
+    path = run_dir / LOCK
     if not path.exists():
         write_json(path, lock)
 
 
+def lock_plan(
+    run_dir: Path,
+    entry: dict[str, Any],
+    items: list[pytest.Item],
+    all_reserved: dict[str, set[str]],
+    data_dir: Path,
+) -> None:
+    """A frozen run's collection: unseal sealed suites (swapping in their real items), then
+    check whole suites and write the lock with the plan and the verified commitments."""
+    sealed = unseal_items(items, data_dir)
+    scenario_items = [i for i in items if isinstance(i, ScenarioItem)]
+    selected = [
+        (i.suite, i.scenario.id, i.nodeid)
+        for i in scenario_items
+        if i.scenario.split is Split.RESERVED
+    ]
+    manifests = [i.manifest for i in scenario_items if i.manifest is not None]
+    manifests += [Path(r["commitment_file"]) for r in sealed]
+    plan_items(run_dir, entry, selected, all_reserved, manifests, sealed)
+
+
 def verify_lock(run_dir: Path) -> dict[str, Any] | None:
     """After a frozen run: did every manifest keep the checksum it had when the plan was locked?"""
-    path = run_dir / "freeze.lock.json"
+    path = run_dir / LOCK
     if not path.exists():
         return None
     lock = json.loads(path.read_text())

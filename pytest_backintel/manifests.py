@@ -60,16 +60,37 @@ def manifest_reference(path: Path, case_id: str) -> Mapping[str, Any]:
 
 
 class ManifestFile(pytest.File):
-    """One manifest: one item per case and trial (a case may preselect its trial count)."""
+    """One manifest: one item per case and trial (a case may preselect its trial count).
+
+    A sealed manifest (a reserved suite's commitment, `pytest_backintel.sealed`) yields
+    placeholders until a frozen run unseals it and swaps in `unsealed_items`."""
 
     suite: str = ""
+    sealed_world: str = ""
 
-    def collect(self) -> Iterator[ScenarioItem]:
+    def collect(self) -> Iterator[pytest.Item]:
+        from pytest_backintel.sealed import sealed_items
         from pytest_backintel.session import SESSION_KEY
 
         bench = self.config.stash[SESSION_KEY]
         data = _read(self.path)
         self.suite = str(data.get("suite", self.path.stem))
+        if isinstance(data.get("sealed"), dict):
+            self.sealed_world = str(data["sealed"].get("world", ""))
+            cases = list(data["cases"])
+            bench.reserved_cases.setdefault(self.suite, set()).update(str(c["id"]) for c in cases)
+            yield from sealed_items(self, cases, bench.options.trials, bench.options.store)
+            return
+        yield from self._items(data, self.path)
+
+    def unsealed_items(self, manifest: Path) -> Iterator[ScenarioItem]:
+        """The real items of this sealed suite, from the manifest `unseal` generated."""
+        yield from self._items(_read(manifest), manifest)
+
+    def _items(self, data: dict[str, Any], manifest: Path) -> Iterator[ScenarioItem]:
+        from pytest_backintel.session import SESSION_KEY
+
+        bench = self.config.stash[SESSION_KEY]
         for index, case in enumerate(data["cases"]):
             try:
                 scenario = Scenario.model_validate(case.get("scenario"))
@@ -77,7 +98,7 @@ class ManifestFile(pytest.File):
                 first = exc.errors()[0]
                 field = ".".join(str(p) for p in first["loc"])
                 raise ScenarioFileError(
-                    self.path, [(1, f"cases[{index}].scenario.{field}", first["msg"])]
+                    manifest, [(1, f"cases[{index}].scenario.{field}", first["msg"])]
                 ) from exc
             sha = hashlib.sha256(
                 json.dumps(case["scenario"], sort_keys=True, default=str).encode()
@@ -88,7 +109,7 @@ class ManifestFile(pytest.File):
             for trial in range(1, trials + 1):
                 spec = store_spec(scenario, bench.options.store)
                 item = ScenarioItem.from_scenario(self, scenario, trial, sha, spec)
-                item.manifest = self.path
+                item.manifest = manifest
                 item.suite = self.suite
                 yield item
 

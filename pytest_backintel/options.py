@@ -43,6 +43,9 @@ class BenchOptions:
     """`--judge-model`: scores the narrative separately, uncalibrated; never the outcome."""
     concurrency: int | None = None
     """`--concurrency`: trials in flight per process (None: `auto`, chosen by analyst kind)."""
+    freeze_baseline: str | None = None
+    """`--freeze-baseline`: the commit a frozen candidate's diff is checked against (default:
+    the last frozen run's commit)."""
 
 
 def _number(value: str, parse: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
@@ -163,6 +166,12 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help="declared plan for a further frozen run of the same candidate",
     )
+    group.addoption(
+        "--freeze-baseline",
+        default=None,
+        help="commit the candidate's diff is checked against the worker allowlist from "
+        "(default: the last frozen run's commit; the evaluator's own changes are declared here)",
+    )
     parser.addini(
         "backintel_manifests",
         type="linelist",
@@ -203,4 +212,5 @@ def read_options(config: pytest.Config) -> BenchOptions:
             max_cost_usd=config.getoption("--run-max-cost"),
         ),
         record=config.getoption("--record"),
+        freeze_baseline=config.getoption("--freeze-baseline"),
     )

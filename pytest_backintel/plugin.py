@@ -77,6 +77,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[SESSION_KEY].prepare_items(items)
 
 
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    return config.stash[SESSION_KEY].reserved_note
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     bench = config.stash[SESSION_KEY]
     return header_lines(bench.options, bench.run_dir, bench.sandbox_description())

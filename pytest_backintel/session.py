@@ -25,7 +25,7 @@ from pytest_backintel.freeze import (
     FreezeError,
     candidate_id,
     check_candidate,
-    plan_items,
+    lock_plan,
     register_run,
     verify_lock,
 )
@@ -52,7 +52,8 @@ from pytest_backintel.sandbox.registry import (
     create_provider,
     load_provider_class,
 )
-from pytest_backintel.scenario import Scenario, Split
+from pytest_backintel.scenario import Scenario
+from pytest_backintel.sealed import SealedCase, SealedSuiteError, guard_reserved
 from pytest_backintel.trial import TrialResult, run_trial
 from pytest_backintel.worlds import data_dir, get_world
 from stores.base import DatasetFiles, ProvisionedStore, Store
@@ -96,6 +97,8 @@ class BenchSession:
         """Trials run ahead of pytest (`--concurrency` above 1); None for serial runs."""
         self._lock = threading.RLock()
         """Guards what trials in worker threads build lazily: worlds, backends, the sandbox."""
+        self.reserved_note: list[str] = []
+        """The line saying reserved items were deselected from an unfrozen run."""
 
     # -- lazily built, once per process --------------------------------------------------
     @property
@@ -180,7 +183,7 @@ class BenchSession:
 
     def prepare_items(self, items: list[pytest.Item]) -> None:
         """Fail fast on a bad analyst; keep reserved scenarios out of unfrozen runs."""
-        scenario_items = [i for i in items if isinstance(i, ScenarioItem)]
+        scenario_items = [i for i in items if isinstance(i, ScenarioItem | SealedCase)]
         if not scenario_items:
             return
         try:
@@ -188,26 +191,15 @@ class BenchSession:
         except AnalystLoadError as exc:
             raise pytest.UsageError(str(exc)) from exc
         self.start_pipeline()
-        reserved = [i for i in scenario_items if i.scenario.split is Split.RESERVED]
         if not self.options.freeze:
-            for item in reserved:
-                item.add_marker(
-                    pytest.mark.skip(
-                        reason="reserved scenarios run only in a frozen run (--freeze)"
-                    )
-                )
+            self.reserved_note = guard_reserved(self.config, items)
             return
         candidate = self.candidate()
-        entry = {
-            "run_id": self.run_id,
-            "candidate_id": candidate_id(candidate),
-            "candidate": candidate,
-        }
-        selected = [(i.suite, i.scenario.id, i.nodeid) for i in reserved]
-        manifests = [i.manifest for i in scenario_items if i.manifest is not None]
+        entry: dict[str, Any] = {"run_id": self.run_id, "candidate": candidate}
+        entry["candidate_id"] = candidate_id(candidate)
         try:
-            plan_items(self.run_dir, entry, selected, self.reserved_cases, manifests)
-        except FreezeError as exc:
+            lock_plan(self.run_dir, entry, items, self.reserved_cases, self.data_dir)
+        except (FreezeError, SealedSuiteError) as exc:
             raise pytest.UsageError(str(exc)) from exc
 
     def start_pipeline(self) -> None:
@@ -384,15 +376,13 @@ class BenchSession:
     def start(self) -> None:
         if not self.is_controller:
             return
-        header = self.run_header()
-        if self.options.freeze:
+        header, opts = self.run_header(), self.options
+        if opts.freeze:
             try:
-                check_candidate(header["git"])
+                results, baseline = self.root / self.options.results_dir, opts.freeze_baseline
+                diff = check_candidate(header["git"], self.root, results, baseline)
                 header["freeze"] = register_run(
-                    self.root / self.options.results_dir,
-                    self.run_id,
-                    self.candidate(),
-                    self.options.freeze_plan,
+                    results, self.run_id, self.candidate(), opts.freeze_plan, diff
                 )
             except FreezeError as exc:
                 raise pytest.UsageError(str(exc)) from exc

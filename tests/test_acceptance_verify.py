@@ -28,8 +28,11 @@ from scenarios.acceptance.regression import (
     to_json,
     verify_regression_data,
 )
+from scenarios.acceptance.sealing import SECRET_ENV, issue
 from scenarios.acceptance.world import AcceptanceWorld
 from stores.sqlite import SQLiteStore
+
+TEST_SECRET = b"test-only secret, not the evaluator's: 0001"
 
 
 @pytest.fixture(scope="module")
@@ -116,15 +119,31 @@ def test_any_flipped_bit_is_detected(
         verify_acceptance_data(single, AcceptanceSettings(tmp_path / f"{fraction}-{bit}"))
 
 
-def test_world_builds_once_and_serves_the_manifest_store(tmp_path: Path) -> None:
+def test_world_serves_the_unsealed_reserved_store_and_only_after_unsealing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     world = AcceptanceWorld()
     assert len(world.snapshots) == 34
+    with pytest.raises(AcceptanceBuildError, match="sealed and not unsealed"):
+        world.ensure_built(tmp_path, "reserved-complete-ledger")
+    with pytest.raises(ValueError, match="sealed"):
+        load_manifest("reserved")
+    commitment = tmp_path / "reserved.commitment.json"
+    issue(TEST_SECRET, tmp_path / "scratch", commitment)
+    monkeypatch.setenv(SECRET_ENV, TEST_SECRET.decode())
+    path, record = world.unseal(commitment, tmp_path)
+    assert record["cases"] == 17
     files = world.ensure_built(tmp_path, "reserved-complete-ledger")
-    case = load_manifest("reserved").case("reserved-complete-ledger")
+    case = load_manifest(path).case("reserved-complete-ledger")
     assert files.sqlite_path == tmp_path / case.store.file
     assert files.tables == list(case.store.tables)
     assert world.data_hash(files) == case.store.logical_sha256
-    verify_acceptance_data("reserved", AcceptanceSettings(tmp_path))
+    verify_acceptance_data(path, AcceptanceSettings(tmp_path))
+    assert files.sqlite_path is not None
+    files.sqlite_path.write_bytes(files.sqlite_path.read_bytes() + b"\0")
+    with pytest.raises(AcceptanceBuildError, match="missing or changed since it was unsealed"):
+        AcceptanceWorld().ensure_built(tmp_path, "reserved-complete-ledger")
+    files.sqlite_path.write_bytes(files.sqlite_path.read_bytes()[:-1])
     store = SQLiteStore(tmp_path / "stores")
     store.setup_session()
     provisioned = store.provision(files)

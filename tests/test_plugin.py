@@ -120,8 +120,8 @@ def test_reserved_scenarios_do_not_run_without_freeze(pytester: pytest.Pytester)
     reserved = pytester.path / "reserved.scenario.yaml"
     reserved.write_text(path.read_text().replace("split: development", "split: reserved"))
     result = pytester.runpytest_subprocess(str(reserved), "-m", "reserved", "-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*reserved scenarios run only in a frozen run*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*1 reserved item(s)*run only in a frozen run*add --freeze*"])
 
 
 def test_an_unknown_analyst_is_a_usage_error(pytester: pytest.Pytester) -> None:

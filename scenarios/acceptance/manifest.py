@@ -1,9 +1,10 @@
 """The evaluator-owned acceptance manifest: cases, references, store checksums, planting.
 
 A manifest is plain JSON written with sorted keys and a fixed layout, so the same build gives
-the same bytes. Committed manifests live beside this module in `acceptance-v1/`
-(`development.json` and, for the reserved split, `acceptance.json`); they must never be mounted
-in an analyst sandbox.
+the same bytes. The development manifest is committed beside this module
+(`acceptance-v1/development.json`); it must never be mounted in an analyst sandbox. The reserved
+manifest is never committed: it is generated from the evaluator's secret at run time
+(`scenarios.acceptance.sealing`), and only its commitment is in the repository.
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ __all__ = [
 
 SUITE = "acceptance-v1"
 MANIFEST_DIR = Path(__file__).resolve().parent / SUITE
-MANIFEST_FILES = {"development": "development.json", "reserved": "acceptance.json"}
+MANIFEST_FILES = {"development": "development.json"}
+SEALED = (
+    "the reserved split is sealed: its manifest is generated from the evaluator's secret "
+    "(scenarios.acceptance.sealing.unseal), never read from the repository"
+)
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,8 @@ class Manifest:
 
 
 def manifest_path(split: str, root: Path = MANIFEST_DIR) -> Path:
+    if split == "reserved":
+        raise ValueError(SEALED)
     try:
         return root / MANIFEST_FILES[split]
     except KeyError:
@@ -158,6 +165,8 @@ def manifest_path(split: str, root: Path = MANIFEST_DIR) -> Path:
 
 def load_manifest(source: str | Path, root: Path = MANIFEST_DIR) -> Manifest:
     """A manifest from a split name (`development`, `reserved`) or a JSON file path."""
+    if str(source) == "reserved":
+        raise ValueError(SEALED)
     path = manifest_path(str(source), root) if str(source) in MANIFEST_FILES else Path(source)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -140,6 +140,15 @@ class Variant:
         digest = hashlib.sha256(f"acceptance-v1|{self.seed}|{self.split}|{key}".encode())
         return random.Random(int.from_bytes(digest.digest()[:8], "big"))
 
+    def size(self, key: str, development: int, low: int, high: int) -> int:
+        """A structural count: `development` in that split; in the reserved split a count in
+        [low, high] other than `development`, from its own generator (so the development
+        stream, and the development manifest, stay as they are)."""
+        if self.split == "development":
+            return development
+        choices = [n for n in range(low, high + 1) if n != development]
+        return self.rng(f"{key}|size").choice(choices)
+
 
 class Ids:
     """Unique opaque ids with a prefix, drawn from a case's generator."""

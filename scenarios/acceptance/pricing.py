@@ -34,7 +34,10 @@ CATALOG = (
     ("Running shoes", "sports", 180, 260),
     ("Espresso maker", "kitchen", 320, 420),
     ("Office chair", "office", 540, 700),
+    ("Wool blanket", "home", 60, 90),
+    ("Standing desk", "office", 780, 950),
 )
+"""The compared SKUs' products in order; the development split uses the first six."""
 Line = tuple[date, str, int, Decimal]
 
 
@@ -68,16 +71,18 @@ def _naive(lines: list[Line], lo: date, hi: date) -> Fraction:
 def _draw(
     rng: random.Random, skus: list[str], mix_only: bool, b0: date, c0: date, a0: date
 ) -> tuple[list[Line], dict[str, str]]:
+    """Sales of the compared SKUs `skus[:-2]`, a launched SKU and a discontinued one."""
+    n = len(skus) - 2
     prices = {
         sku: Decimal(rng.randint(lo * 100, hi * 100)).scaleb(-2)
-        for sku, (_, _, lo, hi) in zip(skus, CATALOG, strict=False)
+        for sku, (_, _, lo, hi) in zip(skus[:n], CATALOG[:n], strict=True)
     }
     lines: list[Line] = []
     changes: dict[str, str] = {}
-    raised = set(rng.sample(skus[:6], 4)) if not mix_only else set()
+    raised = set(rng.sample(skus[:n], 4)) if not mix_only else set()
     staged = min(raised) if raised else None
-    for i, sku in enumerate(skus[:6]):
-        cheap = i < 3
+    for i, sku in enumerate(skus[:n]):
+        cheap = i < n // 2
         base_q = rng.randint(40, 60) if cheap else rng.randint(6, 12)
         if mix_only:
             cur_q = rng.randint(10, 18) if cheap else rng.randint(25, 40)
@@ -96,8 +101,8 @@ def _draw(
             changes[sku] += f" from {fmt_date(mid)}"
         else:
             lines += _sell(rng, sku, cur_q, new, c0, a0)
-    lines += _sell(rng, skus[6], 9, Decimal("799.00"), c0, a0)  # launched in the current month
-    lines += _sell(rng, skus[7], 30, Decimal("4.50"), b0, c0)  # discontinued after the baseline
+    lines += _sell(rng, skus[n], 9, Decimal("799.00"), c0, a0)  # launched in the current month
+    lines += _sell(rng, skus[n + 1], 30, Decimal("4.50"), b0, c0)  # discontinued after baseline
     return lines, changes
 
 
@@ -111,7 +116,8 @@ def sales_mix(v: Variant) -> list[Case]:
         rng = v.rng(key)
         b0 = date(*v.pick(*months), 1)
         c0, a0 = add_months(b0, 1), add_months(b0, 2)
-        skus = [f"SKU-{n}" for n in rng.sample(range(1000, 9999), 8)]
+        n = v.size(key, 6, 7, len(CATALOG))
+        skus = [f"SKU-{k}" for k in rng.sample(range(1000, 9999), n + 2)]
         while True:
             lines, changes = _draw(rng, skus, mix_only, b0, c0, a0)
             pairs = [(_price(lines, s, b0, c0), _price(lines, s, c0, a0)) for s in skus]
@@ -129,11 +135,11 @@ def sales_mix(v: Variant) -> list[Case]:
         ]
         t_lines, t_products = v.table("lines"), v.table("products")
         products: list[tuple[Value, ...]] = [
-            (sku, name, cat) for sku, (name, cat, _, _) in zip(skus, CATALOG, strict=False)
+            (sku, name, cat) for sku, (name, cat, _, _) in zip(skus[:n], CATALOG, strict=False)
         ]
         products += [
-            (skus[6], "Smart speaker", "electronics"),
-            (skus[7], "Paper straws", "kitchen"),
+            (skus[n], "Smart speaker", "electronics"),
+            (skus[n + 1], "Paper straws", "kitchen"),
         ]
         last_b, last_c = c0 - timedelta(days=1), a0 - timedelta(days=1)
         question = (

@@ -115,9 +115,13 @@ def duplicate_shipments(v: Variant) -> list[Case]:
     rng = v.rng("duplicate-shipments")
     base_m = date(*v.pick((2024, 9), (2025, 3)), 1)
     cur_m, after = add_months(base_m, 1), add_months(base_m, 2)
+    current = v.size("duplicate-shipments", 34, 37, 45)
     while True:
         ids = Ids(rng, "o_")
-        base, cur = draw(rng, ids, base_m, cur_m, 28, 1.0), draw(rng, ids, cur_m, after, 34, 1.0)
+        base, cur = (
+            draw(rng, ids, base_m, cur_m, 28, 1.0),
+            draw(rng, ids, cur_m, after, current, 1.0),
+        )
         slowest = sorted(cur, key=lambda o: (o.delivered or o.purchased) - o.purchased)[-6:]
         rows = cur + slowest * 2
         rel = observed_mean(cur) / observed_mean(base) - 1

@@ -50,7 +50,7 @@ def delivery_review_report(v: Variant) -> list[Case]:
     orders: list[Order] = []
     for lo, hi, count in (
         (add_months(start, -1), start, 10),
-        (start, end, 42),
+        (start, end, v.size("delivery-review-report", 42, 46, 58)),
         (end, add_months(end, 1), 8),
     ):
         for i in range(count):

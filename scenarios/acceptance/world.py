@@ -1,15 +1,22 @@
 """The acceptance suite as a harness world: one snapshot per case, built once per data dir.
 
-`ensure_built(data_dir, "<split>-<case key>")` checks the case's SQLite file against the
+`ensure_built(data_dir, "development-<case key>")` checks the case's SQLite file against the
 committed manifest; when it is missing or differs it rebuilds the whole split under a file
 lock and requires the rebuilt manifest to equal the committed one (the references are
 evaluator-owned: a builder that no longer reproduces them is an error, not a silent update).
+
+The reserved split is sealed (`scenarios.acceptance.sealing`): `unseal(commitment, data_dir)`
+regenerates it from the evaluator's secret into the data dir, and `reserved-<case key>`
+snapshots are served from that unsealed manifest only; a reserved store that went missing or
+changed since is an error, never silently rebuilt.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 from filelock import FileLock
@@ -24,6 +31,8 @@ from scenarios.acceptance.builder import (
 from scenarios.acceptance.checks import AcceptanceBuildError
 from scenarios.acceptance.manifest import MANIFEST_DIR, SUITE, Manifest, load_manifest
 from scenarios.acceptance.model import SPLITS
+from scenarios.acceptance.rotation import RETIRED_PATH, retired_manifest
+from scenarios.acceptance.sealing import COMMITMENT_PATH, load_commitment, unseal, unsealed_path
 from scenarios.acceptance.storage import fingerprint
 from scenarios.acceptance.verify import case_problems
 from scenarios.worlds import Oracle, World
@@ -44,7 +53,23 @@ class AcceptanceWorld(World):
 
     @property
     def snapshots(self) -> tuple[str, ...]:  # type: ignore[override]
-        return tuple(c.snapshot for split in SPLITS for c in self.manifest(split).cases)
+        """Development snapshots, then the sealed reserved ones (named from the commitment)."""
+        reserved = [c["id"] for c in load_commitment(self.commitment)["cases"]]
+        return (
+            *(c.snapshot for c in self.manifest("development").cases),
+            *(f"reserved-{case_id.removeprefix('acc-res-')}" for case_id in reserved),
+        )
+
+    @property
+    def commitment(self) -> Path:
+        return self.manifest_dir / COMMITMENT_PATH.name
+
+    def unseal(self, commitment: Path, data_dir: Path) -> tuple[Path, dict[str, Any]]:
+        """`sealing.unseal`: the reserved split from the evaluator's secret, checked against
+        `commitment`; afterwards `reserved-<key>` snapshots are served from it."""
+        path, record = unseal(commitment, data_dir)
+        self._manifests.pop("reserved", None)
+        return path, record
 
     @property
     def config(self) -> dict[str, int]:
@@ -55,7 +80,12 @@ class AcceptanceWorld(World):
         """None: acceptance references live in the manifest, computed at build time."""
         return {}
 
-    def manifest(self, split: str) -> Manifest:
+    def manifest(self, split: str, data_dir: Path | None = None) -> Manifest:
+        if split == "reserved":
+            return self._unsealed(data_dir)
+        if split.startswith("retired") and split not in self._manifests:
+            path = self.manifest_dir / RETIRED_PATH.name
+            self._manifests[split] = retired_manifest(int(split.removeprefix("retired")), path)
         if split not in self._manifests:
             manifest = load_manifest(split, self.manifest_dir)
             if manifest.seed != self.seed:
@@ -66,8 +96,21 @@ class AcceptanceWorld(World):
             self._manifests[split] = manifest
         return self._manifests[split]
 
+    def _unsealed(self, data_dir: Path | None) -> Manifest:
+        if "reserved" not in self._manifests:
+            path = unsealed_path(data_dir) if data_dir is not None else None
+            if path is None or not path.is_file():
+                raise AcceptanceBuildError(
+                    f"{SUITE}/reserved is sealed and not unsealed under {data_dir}: a frozen "
+                    "run (pytest -m reserved --freeze, with the evaluator's secret) unseals it"
+                )
+            self._manifests["reserved"] = load_manifest(path)
+        return self._manifests["reserved"]
+
     def _split_of(self, snapshot: str) -> str:
-        split = next((s for s in SPLITS if snapshot.startswith(f"{s}-")), None)
+        retired = re.match(r"(retired\d+)-", snapshot)
+        split = retired.group(1) if retired else None
+        split = split or next((s for s in SPLITS if snapshot.startswith(f"{s}-")), None)
         if split is None:
             raise ValueError(
                 f"world {SUITE!r}: snapshot {snapshot!r} is not '<split>-<case>' with split in "
@@ -76,8 +119,10 @@ class AcceptanceWorld(World):
         return split
 
     def generate(self, snapshot: str) -> dict[str, pl.DataFrame]:
-        """The case's tables as data frames (Decimal money as Float64, as stored)."""
+        """A development case's tables as data frames (Decimal money as Float64, as stored)."""
         split = self._split_of(snapshot)
+        if split != "development":
+            raise ValueError(f"{SUITE}: {snapshot!r} is sealed; only a frozen run unseals it")
         case = case_tables(split, snapshot.removeprefix(f"{split}-"), self.seed)
         return {
             t.name: pl.DataFrame(
@@ -96,9 +141,14 @@ class AcceptanceWorld(World):
 
     def ensure_built(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
         split = self._split_of(snapshot)
-        manifest = self.manifest(split)
+        manifest = self.manifest(split, data_dir)
         case = manifest.case(snapshot)
         parquet = data_dir / case.store.parquet_dir
+        if split == "reserved" and (case_problems(case, data_dir) or not parquet.is_dir()):
+            raise AcceptanceBuildError(
+                f"{SUITE}: the unsealed store of {case.id} is missing or changed since it was "
+                f"unsealed: {'; '.join(case_problems(case, data_dir)) or parquet}"
+            )
         if case_problems(case, data_dir) or not parquet.is_dir():
             folder = data_dir / "acceptance"
             folder.mkdir(parents=True, exist_ok=True)
@@ -112,6 +162,8 @@ class AcceptanceWorld(World):
         )
 
     def _rebuild(self, data_dir: Path, manifest: Manifest) -> None:
+        if manifest.split.startswith("retired"):
+            return self._rebuild_retired(data_dir, manifest)
         built = build_acceptance(AcceptanceSettings(data_dir, self.seed), manifest.split)
         if built.to_json() != manifest.to_json():
             differing = [
@@ -125,7 +177,7 @@ class AcceptanceWorld(World):
 
     def verify(self, data_dir: Path, snapshot: str = "base") -> list[str]:
         """`verify_acceptance_data` for one case: its file against the manifest's checksums."""
-        case = self.manifest(self._split_of(snapshot)).case(snapshot)
+        case = self.manifest(self._split_of(snapshot), data_dir).case(snapshot)
         return case_problems(case, data_dir)
 
     def data_hash(self, files: DatasetFiles) -> str:
@@ -133,3 +185,20 @@ class AcceptanceWorld(World):
         if files.sqlite_path is None:
             raise ValueError(f"acceptance dataset {files.name} has no SQLite file")
         return fingerprint(files.sqlite_path).logical
+
+    def _rebuild_retired(self, data_dir: Path, manifest: Manifest) -> None:
+        """Rebuild a retired rotation's stores from its recorded seed; each retired case must
+        come back with the reference and store checksums it was retired with."""
+        built = build_acceptance(AcceptanceSettings(data_dir, manifest.seed), "reserved")
+        by_key = {c.snapshot.removeprefix("reserved-"): c for c in built.cases}
+        differing = [
+            c.id
+            for c in manifest.cases
+            if (b := by_key.get(c.snapshot.split("-", 1)[1])) is None
+            or (b.reference, b.store) != (c.reference, c.store)
+        ]
+        if differing:
+            raise AcceptanceBuildError(
+                f"{SUITE}/{manifest.split}: the builder no longer reproduces the retired cases "
+                f"{', '.join(differing)} from their recorded seed"
+            )
