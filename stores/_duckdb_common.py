@@ -27,6 +27,7 @@ from typing import Any
 import duckdb
 from filelock import FileLock
 
+from stores._duckdb_policy import check_functions
 from stores.base import (
     MAX_ROWS,
     Column,
@@ -94,7 +95,8 @@ def open_guarded(db_path: Path, *, allowed_dirs: Sequence[Path] = ()) -> duckdb.
 
 
 def check_statement(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """Admit exactly one SELECT (or EXPLAIN of one), classified by DuckDB's parser."""
+    """Admit exactly one SELECT (or EXPLAIN of one), classified by DuckDB's parser, whose
+    functions pass `stores._duckdb_policy.check_functions`."""
     try:
         statements = conn.extract_statements(sql)
     except duckdb.Error as exc:
@@ -109,6 +111,7 @@ def check_statement(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
         inner = _EXPLAIN.sub("", sql, count=1)
         inner_types = [s.type for s in conn.extract_statements(inner)] if inner != sql else []
         if inner_types == [duckdb.StatementType.SELECT]:
+            check_functions(conn, inner)
             return
     if kind not in _ALLOWED:
         raise QueryRefused(
@@ -116,6 +119,7 @@ def check_statement(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
             "SELECT (WITH ..., FROM ..., DESCRIBE, SHOW, SUMMARIZE) or EXPLAIN of one is allowed; "
             "writes, DDL, temporary tables, ATTACH, COPY, INSTALL/LOAD, SET and PRAGMA are not"
         )
+    check_functions(conn, sql)
 
 
 def to_cell(value: Any) -> Any:
