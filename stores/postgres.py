@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stores.base import (
+    MAX_RESULT_BYTES,
     MAX_ROWS,
     Column,
     DatasetFiles,
@@ -58,6 +59,7 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
+from stores.caps import ResultCollector, cell_cap, postgres_capped_select
 from stores.pg_cluster import ThrowawayCluster
 
 __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
@@ -188,7 +190,13 @@ class PostgresSession(StoreSession):
             row_count=int(count.column(0)[0].as_py()),
         )
 
-    def run_sql(self, sql: str, max_rows: int = MAX_ROWS) -> QueryResult:
+    def run_sql(
+        self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
+    ) -> QueryResult:
+        """One query, described first without running (a prepared statement, so a second
+        command is refused), then wrapped (`stores.caps.postgres_capped_select`) so the server
+        cuts every variable-length cell and stops at `max_rows + 1` rows; batches are read
+        from the stream until the caps are reached."""
         match = _QUERY_START.match(sql)
         keyword = match.group(1).lower() if match else ""
         if keyword not in _READ_KEYWORDS:
@@ -197,11 +205,42 @@ class PostgresSession(StoreSession):
                 "store is read-only; send one SELECT (or WITH, VALUES, TABLE). Writes, DDL, "
                 "temporary tables, COPY, SET, EXPLAIN, SHOW and transaction control are refused"
             )
-        columns, table = self._query(sql)
-        rows = _convert(table.slice(0, max_rows + 1))
-        return QueryResult(
-            columns=columns, rows=rows[:max_rows], truncated=len(rows) > max_rows, max_rows=max_rows
-        )
+        adbc = _adbc()
+        body = sql.strip().rstrip(";")
+        try:
+            with self._conn.cursor() as cur:
+                schema = cur.adbc_execute_schema(body)
+                self._conn.rollback()
+                columns = list(schema.names)
+                cap = cell_cap(len(columns), max_rows, max_bytes)
+                types = [(f.metadata or {}).get(b"POSTGRESQL:type", b"").decode() for f in schema]
+                try:
+                    cur.execute(postgres_capped_select(body, types, cap, max_rows))
+                except adbc.Error as exc:
+                    if str(getattr(exc, "sqlstate", "")) != "42601":
+                        raise
+                    raise QueryRefused(
+                        f"refused on {self._where}: the statement parses but is not a query "
+                        "whose rows can be read (a data-modifying WITH, SELECT INTO, ...); "
+                        "only a SELECT (or WITH ... SELECT, VALUES, TABLE) is allowed"
+                    ) from exc
+                out = ResultCollector(columns, max_rows, max_bytes, cap)
+                for batch in cur.fetch_record_batch():
+                    if not out.extend(_convert(pa.Table.from_batches([batch]))):
+                        break
+        except adbc.Error as exc:
+            raise _error(exc, self._where, self._timeout_s) from exc
+        except (OSError, pa.ArrowException) as exc:  # raised while the stream is read
+            if "statement timeout" in str(exc):
+                raise QueryTimeout(
+                    f"statement ran past the {self._timeout_s:g}s limit on {self._where} and "
+                    "was cancelled"
+                ) from exc
+            raise QueryError(f"{str(exc).strip()} (on {self._where})") from exc
+        finally:
+            with contextlib.suppress(adbc.Error):
+                self._conn.rollback()
+        return out.result()
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
