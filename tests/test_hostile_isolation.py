@@ -58,7 +58,9 @@ class Backend:
         dataset = _dataset(root)
         self.item = self.store.provision(dataset)
         self.other = self.store.provision(dataset)
-        self.orders = "olist_catalog.orders" if self.family == "multi" else "orders"
+        self.alias = spec.rsplit(":", 1)[-1] if self.family == "multi" else ""
+        """The last component of a multi spec (the one attacks address)."""
+        self.orders = f"{self.alias}.orders" if self.alias else "orders"
 
     @property
     def dialect(self) -> str:
@@ -68,7 +70,7 @@ class Backend:
         """A file of the other item that a scanner could open."""
         other: Any = self.other
         if self.family == "multi":
-            other = other.components["olist_catalog"]
+            other = other.components[self.alias]
         path = other.mount_path or other.root
         return Path(path if path.is_file() else next(p for p in path.rglob("*") if p.is_file()))
 
