@@ -121,9 +121,8 @@ class Run:
         frozen run's `freeze.lock.json` `plan_items`; empty when neither was written."""
         planned = self.header.get("planned_items")
         if not isinstance(planned, list):
-            lock = _read_lock(self.path)
-            planned = lock.get("plan_items") if isinstance(lock.get("plan_items"), list) else []
-        return sorted({str(p) for p in planned})
+            planned = _read_lock(self.path).get("plan_items")
+        return sorted({str(p) for p in planned}) if isinstance(planned, list) else []
 
     @cached_property
     def missing_trials(self) -> list[str]:
