@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pytest_backintel.cleanup import register as register_clean
 from pytest_backintel.contract import AnalystAnswer, parse_answer
 from pytest_backintel.evidence import reexecute
 from pytest_backintel.loading import (
@@ -212,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     from reports.cli import register as register_reports
 
     register_reports(sub)
+    register_clean(sub)
     return parser
 
 

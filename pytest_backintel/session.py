@@ -18,6 +18,7 @@ from pytest_backintel.analysts import AnalystLoadError, analyst_label, load_anal
 from pytest_backintel.backends import StoreBackends, store_spec
 from pytest_backintel.budget import RunBudget
 from pytest_backintel.cassettes import case_key, write_cassette
+from pytest_backintel.cleanup import clean_stale
 from pytest_backintel.collect import ScenarioFailure, ScenarioItem
 from pytest_backintel.freeze import (
     FreezeError,
@@ -336,6 +337,7 @@ class BenchSession:
     def start(self) -> None:
         if not self.is_controller:
             return
+        clean_stale(self.data_dir)  # what killed runs left behind (their owner is gone)
         header = self.run_header()
         if self.options.freeze:
             try:

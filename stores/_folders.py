@@ -62,6 +62,6 @@ def remove_folder(path: Path) -> None:
     if not path.exists():
         return
     for p in path.rglob("*"):
-        if p.is_file():
+        if p.is_file() and not p.is_symlink():  # never chmod what a link points at
             p.chmod(0o644)
     shutil.rmtree(path, ignore_errors=True)

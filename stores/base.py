@@ -218,8 +218,12 @@ class Store(ABC):
             self.statement_timeout_s = statement_timeout_s
 
     def setup_session(self) -> None:
-        """Once per test session (per xdist worker): start servers, create folders."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        """Once per test session (per xdist worker): start servers, create folders. The
+        workdir records this process as its owner (`stores.owner`), so a crashed run's
+        copies are found and removed by the next session (`pytest_backintel.cleanup`)."""
+        from stores.owner import mark_folder
+
+        mark_folder(self.workdir)
 
     @abstractmethod
     def provision(self, dataset: DatasetFiles) -> ProvisionedStore:

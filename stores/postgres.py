@@ -22,8 +22,9 @@ catalog and tuple state: for every relation in `public` its name, kind, relfilen
 DELETE, TRUNCATE or DDL changes it; VACUUM (non-FULL), ANALYZE and hint bits do not. The
 asynchronous pg_stat counters are left out because they settle up to a second after a write.
 
-Each database carries a comment `backintel:<host>:<pid>:<token>`; `teardown_session` drops those
-this process created, and `setup_session` drops any left by a process on this host that is gone.
+Each database and role carries its owner as a comment (`stores.owner`: host, boot id, pid and
+start time); `teardown_session` drops those this process created, and `setup_session` (and
+`backintel clean`, through `sweep_stale`) drops any left by a process on this host that is gone.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ import contextlib
 import hashlib
 import os
 import re
-import secrets
-import socket
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,7 @@ from stores.base import (
     new_store_id,
 )
 from stores.caps import ResultCollector, cell_cap, postgres_capped_select
+from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
 
 __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
@@ -70,7 +70,6 @@ INITDB = "initdb"
 _QUERY_START = re.compile(r"^(?:\s+|--[^\n]*\n?|/\*.*?\*/|\()*([A-Za-z]+)", re.DOTALL)
 _READ_KEYWORDS = {"select", "with", "values", "table"}
 _REFUSED_STATES = {"42501", "25006", "0A000"}
-_TAG = "backintel"
 
 
 def _ident(name: str) -> str:
@@ -313,12 +312,13 @@ class PostgresStore(Store):
         self._cluster: ThrowawayCluster | None = None
         if self.dsn == INITDB:
             self._cluster = ThrowawayCluster()
-        self._token = secrets.token_hex(4)
-        self._host = socket.gethostname()
+        self._owner = Owner.current()
 
     @property
     def comment(self) -> str:
-        return f"{_TAG}:{self._host}:{os.getpid()}:{self._token}"
+        """The owner (`stores.owner.Owner.comment`) every database and role of this process
+        carries."""
+        return self._owner.comment()
 
     def _admin(self) -> Any:
         import psycopg
@@ -335,16 +335,7 @@ class PostgresStore(Store):
         super().setup_session()
         if self._cluster is not None and self._cluster.root is None:
             self.dsn = self._cluster.start()
-        with self._admin() as admin:
-            rows = admin.execute(
-                "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
-                "WHERE datname LIKE 'bi\\_%'"
-            ).fetchall()
-        for name, comment in rows:
-            parts = str(comment or "").split(":")
-            stale = len(parts) == 4 and parts[0] == _TAG and parts[1] == self._host
-            if stale and not _pid_alive(int(parts[2])):
-                self.drop(str(name))
+        sweep_stale(self.dsn)
 
     def teardown_session(self) -> None:
         if self._cluster is not None:
@@ -371,6 +362,7 @@ class PostgresStore(Store):
                 admin.execute(f"COMMENT ON DATABASE {db} IS '{self.comment}'")
                 admin.execute(f"REVOKE ALL ON DATABASE {db} FROM PUBLIC")
                 admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+                admin.execute(f"COMMENT ON ROLE {role} IS '{self.comment}'")
                 admin.execute(f"ALTER ROLE {role} SET statement_timeout = {timeout_ms}")
                 admin.execute(f"ALTER ROLE {role} SET default_transaction_read_only = on")
                 admin.execute(f"GRANT CONNECT ON DATABASE {db} TO {role}")
@@ -402,11 +394,31 @@ class PostgresStore(Store):
             admin.execute(f"DROP ROLE IF EXISTS {_ident(store_id + '_ro')}")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def sweep_stale(dsn: str) -> list[str]:
+    """Drop the `bi_*` databases and roles whose owner comment names a process of this host
+    that is gone (`stores.owner.Owner.is_gone`); the names dropped. Others' live ones, and
+    anything without a backintel comment, are left alone."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
+        dbs = admin.execute(
+            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
+            "WHERE datname LIKE 'bi\\_%'"
+        ).fetchall()
+        roles = admin.execute(
+            "SELECT rolname, shobj_description(oid, 'pg_authid') FROM pg_roles "
+            "WHERE rolname LIKE 'bi\\_%\\_ro'"
+        ).fetchall()
+        dropped = []
+        for name, comment in dbs:
+            owner = Owner.from_comment(comment)
+            if owner is not None and owner.is_gone():
+                admin.execute(f"DROP DATABASE IF EXISTS {_ident(str(name))} WITH (FORCE)")
+                admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name) + '_ro')}")
+                dropped.append(str(name))
+        for name, comment in roles:
+            owner = Owner.from_comment(comment)
+            if owner is not None and owner.is_gone() and str(name)[:-3] not in dropped:
+                admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name))}")
+                dropped.append(str(name))
+    return dropped
