@@ -23,6 +23,7 @@ from stores.base import MAX_ROWS, QueryError, QueryResult, StoreSession
 
 __all__ = [
     "SKILLS_DIR",
+    "TOOL_RESULT_BYTES",
     "AnalystDeps",
     "Skill",
     "analyst_tools",
@@ -36,6 +37,9 @@ __all__ = [
 ]
 
 SKILLS_DIR = Path(__file__).parent / "skills"
+TOOL_RESULT_BYTES = 64_000
+"""The most bytes of cells one `run_sql` result hands the model (rows past it are dropped,
+and the result says so)."""
 
 _T = TypeVar("_T")
 
@@ -107,14 +111,16 @@ async def describe_table(ctx: RunContext[AnalystDeps], name: str) -> str:
 async def run_sql(ctx: RunContext[AnalystDeps], sql: str) -> str:
     """Run one read-only SQL statement and return its result as tab-separated text.
 
-    At most 200 rows are returned; aggregate in SQL rather than reading many rows. Writes,
-    DDL and settings are refused. An error is returned as a message: fix the query and retry.
+    At most 200 rows and 64,000 bytes are returned, each text or binary value cut to at most
+    4,096 bytes (fewer in wide results); the result says what was cut. Aggregate in SQL rather
+    than reading many rows. Writes, DDL, settings and reading any file or database other than
+    the store's own tables are refused. An error is returned as a message: fix the query.
 
     Args:
         sql: A single read-only SQL statement (SELECT or WITH ... SELECT).
     """
     try:
-        result = await ctx.deps.call(lambda s: s.run_sql(sql, MAX_ROWS))
+        result = await ctx.deps.call(lambda s: s.run_sql(sql, MAX_ROWS, TOOL_RESULT_BYTES))
     except QueryError as exc:
         return f"ERROR ({type(exc).__name__}): {exc}"
     ctx.deps.query_results[ctx.tool_call_id or f"call-{len(ctx.deps.query_results)}"] = result

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pytest_backintel.cleanup import register as register_clean
 from pytest_backintel.contract import AnalystAnswer, parse_answer
 from pytest_backintel.evidence import reexecute
 from pytest_backintel.loading import (
@@ -172,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", default=".", help="repository root")
     p.add_argument("--results-dir", default="results", help="where frozen-runs.jsonl is")
     p.set_defaults(func=_freeze_check)
+    register_clean(sub)
     for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
         command.load()(sub, {"data": data})  # suites' and reports' own commands
     return parser

@@ -20,6 +20,7 @@ from pytest_backintel.analysts import AnalystLoadError, analyst_label, load_anal
 from pytest_backintel.backends import StoreBackends, store_spec
 from pytest_backintel.budget import RunBudget
 from pytest_backintel.cassettes import case_key, write_cassette
+from pytest_backintel.cleanup import clean_stale
 from pytest_backintel.collect import ScenarioFailure, ScenarioItem
 from pytest_backintel.freeze import (
     FreezeError,
@@ -376,6 +377,7 @@ class BenchSession:
     def start(self) -> None:
         if not self.is_controller:
             return
+        clean_stale(self.data_dir)  # what killed runs left behind (their owner is gone)
         header, opts = self.run_header(), self.options
         if opts.freeze:
             try:

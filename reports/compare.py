@@ -6,7 +6,8 @@ Each suite (split) is decided on its own and every suite must accept:
 - no regression: no case that passed in the baseline fails in the candidate (the controls);
 - on the original cases (the `regression` split) an improvement: at least one case fixed,
   unless the baseline already passes every case there (nothing left to improve; noted).
-Runs over different scenarios or data are not comparable: `ComparisonRefused`.
+Runs over different scenarios or data are not comparable, and neither is a run with a planned
+trial that has no record (`Run.missing_trials`): `ComparisonRefused`, naming them.
 """
 
 from __future__ import annotations
@@ -111,6 +112,15 @@ def check_comparable(baseline: Run, candidate: Run) -> None:
     if not baseline.records or not candidate.records:
         empty = [n for n, r in (("baseline", baseline), ("candidate", candidate)) if not r.records]
         raise ComparisonRefused(f"nothing to compare: the {' and '.join(empty)} run has no records")
+    for role, run in (("baseline", baseline), ("candidate", candidate)):
+        if run.missing_trials:
+            shown = ", ".join(run.missing_trials[:20])
+            more = len(run.missing_trials) - 20
+            raise ComparisonRefused(
+                f"refusing to compare: {len(run.missing_trials)} planned trial(s) of the {role} "
+                f"run {run.run_id} have no record: {shown}{f' and {more} more' if more > 0 else ''}"
+                "; a trial that ended without a record was not measured"
+            )
     if baseline.scenario_hash != candidate.scenario_hash:
         problems.append(
             f"scenario hash differs: baseline {baseline.scenario_hash[:12]}, "

@@ -116,6 +116,29 @@ class Run:
         return ", ".join(models) if models else None
 
     @cached_property
+    def planned_nodeids(self) -> list[str]:
+        """Items the run planned before any ran: `run.json` `planned_items`, else the
+        frozen run's `freeze.lock.json` `plan_items`; empty when neither was written."""
+        planned = self.header.get("planned_items")
+        if not isinstance(planned, list):
+            planned = _read_lock(self.path).get("plan_items")
+        return sorted({str(p) for p in planned}) if isinstance(planned, list) else []
+
+    @cached_property
+    def missing_trials(self) -> list[str]:
+        """Planned trials without a record, named: a planned item no record carries, and every
+        trial number below a case's highest recorded one that has no record."""
+        recorded = {str(r.get("nodeid")) for r in self.records if r.get("nodeid")}
+        missing = [f"{n} (planned, no record)" for n in self.planned_nodeids if n not in recorded]
+        trials: dict[str, set[int]] = {}
+        for r in self.records:
+            trials.setdefault(str(r["scenario_id"]), set()).add(int(r.get("trial", 0)))
+        for case, seen in sorted(trials.items()):
+            gaps = sorted(set(range(1, max(seen) + 1)) - seen)
+            missing += [f"{case} trial {t} (trial {max(seen)} was recorded)" for t in gaps]
+        return missing
+
+    @cached_property
     def scenario_hash(self) -> str:
         """sha256 over `id@scenario_sha` of every recorded case, as the harness computes it."""
         cases = sorted({f"{r['scenario_id']}@{r.get('scenario_sha', '')}" for r in self.records})
@@ -142,6 +165,17 @@ def _read_header(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RunFolderError(f"{file}: expected a JSON object")
     return data
+
+
+def _read_lock(folder: Path) -> dict[str, Any]:
+    file = folder / "freeze.lock.json"
+    if not file.exists():
+        return {}
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunFolderError(f"{file}: not readable JSON ({exc})") from exc
+    return data if isinstance(data, dict) else {}
 
 
 def load_run(path: Path | str) -> Run:

@@ -11,10 +11,7 @@ allowed folder, so those are refused by statement type before they reach the eng
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
-import shutil
 import threading
 from abc import abstractmethod
 from collections import OrderedDict
@@ -25,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from filelock import FileLock
 
+from stores._duckdb_policy import check_functions
+from stores._folders import copy_folder, remove_folder, template_dir
 from stores.base import (
+    MAX_CELL_BYTES,
+    MAX_RESULT_BYTES,
     MAX_ROWS,
     Column,
     Fingerprint,
@@ -40,6 +40,7 @@ from stores.base import (
     StoreSession,
     TableInfo,
 )
+from stores.caps import ResultCollector, cell_cap, duckdb_capped_select
 from stores.fingerprint import summary_digest, tree_sha256
 
 __all__ = [
@@ -47,10 +48,12 @@ __all__ = [
     "FolderItem",
     "cached_fingerprint",
     "check_statement",
+    "copy_folder",
     "logical_fingerprint",
     "open_guarded",
     "quote_ident",
     "quote_literal",
+    "remove_folder",
     "template_dir",
     "to_cell",
     "tree_sha256",
@@ -94,7 +97,8 @@ def open_guarded(db_path: Path, *, allowed_dirs: Sequence[Path] = ()) -> duckdb.
 
 
 def check_statement(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """Admit exactly one SELECT (or EXPLAIN of one), classified by DuckDB's parser."""
+    """Admit exactly one SELECT (or EXPLAIN of one), classified by DuckDB's parser, whose
+    functions pass `stores._duckdb_policy.check_functions`."""
     try:
         statements = conn.extract_statements(sql)
     except duckdb.Error as exc:
@@ -109,6 +113,7 @@ def check_statement(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
         inner = _EXPLAIN.sub("", sql, count=1)
         inner_types = [s.type for s in conn.extract_statements(inner)] if inner != sql else []
         if inner_types == [duckdb.StatementType.SELECT]:
+            check_functions(conn, inner)
             return
     if kind not in _ALLOWED:
         raise QueryRefused(
@@ -116,6 +121,10 @@ def check_statement(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
             "SELECT (WITH ..., FROM ..., DESCRIBE, SHOW, SUMMARIZE) or EXPLAIN of one is allowed; "
             "writes, DDL, temporary tables, ATTACH, COPY, INSTALL/LOAD, SET and PRAGMA are not"
         )
+    check_functions(conn, sql)
+
+
+_BATCH = 64
 
 
 def to_cell(value: Any) -> Any:
@@ -174,13 +183,31 @@ class DuckDBSession(StoreSession):
             row_count=int(count[0]) if count else 0,
         )
 
-    def run_sql(self, sql: str, max_rows: int = MAX_ROWS) -> QueryResult:
+    def run_sql(
+        self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
+    ) -> QueryResult:
+        """One checked SELECT, wrapped (`stores.caps.duckdb_capped_select`) so DuckDB cuts
+        every variable-length cell and stops at `max_rows + 1` rows before Python sees them."""
         check_statement(self._conn, sql)
+        body = sql.strip().rstrip(";")
         with self._lock, _interrupt_after(self._conn, self._timeout_s) as fired:
             try:
-                cursor = self._conn.execute(sql)
-                columns = [d[0] for d in cursor.description or []]
-                rows = cursor.fetchmany(max_rows + 1)
+                if _EXPLAIN.match(body):
+                    cursor = self._conn.execute(body)
+                    columns = [d[0] for d in cursor.description or []]
+                    cap = MAX_CELL_BYTES
+                else:
+                    relation = self._conn.sql(body)
+                    columns = list(relation.columns)
+                    cap = cell_cap(len(columns), max_rows, max_bytes)
+                    cursor = self._conn.execute(
+                        duckdb_capped_select(body, [t.id for t in relation.types], cap, max_rows)
+                    )
+                out = ResultCollector(columns, max_rows, max_bytes, cap)
+                while (batch := cursor.fetchmany(_BATCH)) and out.extend(
+                    tuple(to_cell(v) for v in row) for row in batch
+                ):
+                    pass
             except duckdb.Error as exc:
                 if fired.is_set():
                     raise QueryTimeout(
@@ -188,12 +215,7 @@ class DuckDBSession(StoreSession):
                         "and was interrupted; aggregate more or filter earlier"
                     ) from exc
                 raise _classify(exc, self._where) from exc
-        return QueryResult(
-            columns=columns,
-            rows=[tuple(to_cell(v) for v in row) for row in rows[:max_rows]],
-            truncated=len(rows) > max_rows,
-            max_rows=max_rows,
-        )
+        return out.result()
 
     def close(self) -> None:
         self._conn.close()
@@ -222,59 +244,6 @@ class _interrupt_after:  # noqa: N801 - used as a context manager
         self._timer.cancel()
         with self._done:  # a timer already inside _fire finishes before we return
             pass
-
-
-def _source_key(parquet_dir: Path, kind: str) -> str:
-    digest = hashlib.sha256(kind.encode())
-    for path in sorted(parquet_dir.glob("*.parquet")):
-        st = path.stat()
-        digest.update(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    return digest.hexdigest()[:16]
-
-
-def template_dir(
-    workdir: Path, parquet_dir: Path, kind: str, build: Callable[[Path], None]
-) -> Path:
-    """A folder built once by `build(folder)` per source and kind, shared by workers via a lock.
-
-    Keyed by each Parquet file's resolved path, size and mtime, so a regenerated dataset gets a
-    new template. `build` writes into a scratch folder that is renamed into place when complete.
-    """
-    root = workdir / "_templates"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"{kind}-{_source_key(parquet_dir, kind)}"
-    with FileLock(str(final) + ".lock"):
-        if not final.is_dir():
-            scratch = root / f".{final.name}.{os.getpid()}.tmp"
-            shutil.rmtree(scratch, ignore_errors=True)
-            scratch.mkdir()
-            try:
-                build(scratch)
-            except Exception:
-                shutil.rmtree(scratch, ignore_errors=True)
-                raise
-            scratch.rename(final)
-    return final
-
-
-def copy_folder(src: Path, dst: Path) -> None:
-    """Copy every file of `src` into a new `dst` and mark the copies read-only."""
-    dst.mkdir(parents=True)
-    for path in src.iterdir():
-        if path.is_file():
-            target = dst / path.name
-            shutil.copyfile(path, target)
-            target.chmod(0o444)
-
-
-def remove_folder(path: Path) -> None:
-    """Delete a provisioned folder (read-only files included); a missing folder is fine."""
-    if not path.exists():
-        return
-    for p in path.rglob("*"):
-        if p.is_file():
-            p.chmod(0o644)
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def logical_fingerprint(conn: duckdb.DuckDBPyConnection) -> str:

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 __all__ = [
+    "MAX_CELL_BYTES",
+    "MAX_RESULT_BYTES",
     "MAX_ROWS",
     "Column",
     "DatasetFiles",
@@ -34,6 +36,11 @@ __all__ = [
 
 MAX_ROWS = 200
 """The most rows `run_sql` returns to the analyst; the result says when it cut."""
+MAX_CELL_BYTES = 4_096
+"""The most bytes of one text or binary cell a result carries; longer cells are cut."""
+MAX_RESULT_BYTES = 4_000_000
+"""The most bytes of cells one result carries (`run_sql`'s default, evidence re-execution);
+rows past it are dropped and the result says so. The analyst's tool passes a smaller cap."""
 
 Cell = int | float | str | bool | bytes | Decimal | date | datetime | None
 
@@ -70,13 +77,37 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class QueryResult:
-    """Rows of a read-only query, at most `max_rows` of them."""
+    """Rows of a read-only query: at most `max_rows` of them and `max_bytes` of cells, each
+    text or binary cell at most `max_cell_bytes` long (see `stores.caps`)."""
 
     columns: list[str]
     rows: list[tuple[Cell, ...]]
     truncated: bool = False
-    """True when the query produced more rows than were returned."""
+    """True when the query produced more rows than were returned (for either cap)."""
     max_rows: int = MAX_ROWS
+    cut_cells: int = 0
+    """How many cells were cut to `max_cell_bytes`."""
+    max_cell_bytes: int = MAX_CELL_BYTES
+    cut_by_bytes: bool = False
+    """True when rows were dropped because the result reached `max_bytes`."""
+    max_bytes: int = MAX_RESULT_BYTES
+
+    @property
+    def limit_note(self) -> str | None:
+        """What the caps removed, in words, or None when the result is complete."""
+        notes = []
+        if self.cut_by_bytes:
+            notes.append(
+                f"only the first {len(self.rows)} rows are shown: the result reached the "
+                f"{self.max_bytes}-byte cap"
+            )
+        elif self.truncated:
+            notes.append(f"only the first {self.max_rows} rows are shown")
+        if self.cut_cells:
+            notes.append(
+                f"{self.cut_cells} cell(s) longer than {self.max_cell_bytes} bytes were cut"
+            )
+        return "; ".join(notes) or None
 
     def records(self) -> list[dict[str, Cell]]:
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
@@ -85,11 +116,9 @@ class QueryResult:
         """A compact tab-separated rendering for a model to read, stating any truncation."""
         lines = ["\t".join(self.columns)]
         lines += ["\t".join("NULL" if v is None else str(v) for v in row) for row in self.rows]
-        if self.truncated:
-            lines.append(
-                f"[truncated: only the first {self.max_rows} rows are shown; "
-                "aggregate in SQL instead of reading rows]"
-            )
+        note = self.limit_note
+        if note is not None:
+            lines.append(f"[truncated: {note}; aggregate in SQL instead of reading rows]")
         else:
             lines.append(f"[{len(self.rows)} row(s)]")
         return "\n".join(lines)
@@ -130,8 +159,12 @@ class StoreSession(ABC):
         """Columns, types and row count; `QueryError` for an unknown table."""
 
     @abstractmethod
-    def run_sql(self, sql: str, max_rows: int = MAX_ROWS) -> QueryResult:
-        """Run one read-only statement; `QueryRefused`, `QueryTimeout` or `QueryError`."""
+    def run_sql(
+        self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
+    ) -> QueryResult:
+        """Run one read-only statement; `QueryRefused`, `QueryTimeout` or `QueryError`.
+        The caps hold inside the engine's fetch (`stores.caps`), before anything is
+        materialised here."""
 
     @abstractmethod
     def close(self) -> None: ...
@@ -185,8 +218,12 @@ class Store(ABC):
             self.statement_timeout_s = statement_timeout_s
 
     def setup_session(self) -> None:
-        """Once per test session (per xdist worker): start servers, create folders."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        """Once per test session (per xdist worker): start servers, create folders. The
+        workdir records this process as its owner (`stores.owner`), so a crashed run's
+        copies are found and removed by the next session (`pytest_backintel.cleanup`)."""
+        from stores.owner import mark_folder
+
+        mark_folder(self.workdir)
 
     @abstractmethod
     def provision(self, dataset: DatasetFiles) -> ProvisionedStore:

@@ -22,8 +22,9 @@ catalog and tuple state: for every relation in `public` its name, kind, relfilen
 DELETE, TRUNCATE or DDL changes it; VACUUM (non-FULL), ANALYZE and hint bits do not. The
 asynchronous pg_stat counters are left out because they settle up to a second after a write.
 
-Each database carries a comment `backintel:<host>:<pid>:<token>`; `teardown_session` drops those
-this process created, and `setup_session` drops any left by a process on this host that is gone.
+Each database and role carries its owner as a comment (`stores.owner`: host, boot id, pid and
+start time); `teardown_session` drops those this process created, and `setup_session` (and
+`backintel clean`, through `sweep_stale`) drops any left by a process on this host that is gone.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ import contextlib
 import hashlib
 import os
 import re
-import secrets
-import socket
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stores.base import (
+    MAX_RESULT_BYTES,
     MAX_ROWS,
     Column,
     DatasetFiles,
@@ -58,6 +58,8 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
+from stores.caps import ResultCollector, cell_cap, postgres_capped_select
+from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
 
 __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
@@ -68,7 +70,6 @@ INITDB = "initdb"
 _QUERY_START = re.compile(r"^(?:\s+|--[^\n]*\n?|/\*.*?\*/|\()*([A-Za-z]+)", re.DOTALL)
 _READ_KEYWORDS = {"select", "with", "values", "table"}
 _REFUSED_STATES = {"42501", "25006", "0A000"}
-_TAG = "backintel"
 
 
 def _ident(name: str) -> str:
@@ -188,7 +189,13 @@ class PostgresSession(StoreSession):
             row_count=int(count.column(0)[0].as_py()),
         )
 
-    def run_sql(self, sql: str, max_rows: int = MAX_ROWS) -> QueryResult:
+    def run_sql(
+        self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
+    ) -> QueryResult:
+        """One query, described first without running (a prepared statement, so a second
+        command is refused), then wrapped (`stores.caps.postgres_capped_select`) so the server
+        cuts every variable-length cell and stops at `max_rows + 1` rows; batches are read
+        from the stream until the caps are reached."""
         match = _QUERY_START.match(sql)
         keyword = match.group(1).lower() if match else ""
         if keyword not in _READ_KEYWORDS:
@@ -197,11 +204,42 @@ class PostgresSession(StoreSession):
                 "store is read-only; send one SELECT (or WITH, VALUES, TABLE). Writes, DDL, "
                 "temporary tables, COPY, SET, EXPLAIN, SHOW and transaction control are refused"
             )
-        columns, table = self._query(sql)
-        rows = _convert(table.slice(0, max_rows + 1))
-        return QueryResult(
-            columns=columns, rows=rows[:max_rows], truncated=len(rows) > max_rows, max_rows=max_rows
-        )
+        adbc = _adbc()
+        body = sql.strip().rstrip(";")
+        try:
+            with self._conn.cursor() as cur:
+                schema = cur.adbc_execute_schema(body)
+                self._conn.rollback()
+                columns = list(schema.names)
+                cap = cell_cap(len(columns), max_rows, max_bytes)
+                types = [(f.metadata or {}).get(b"POSTGRESQL:type", b"").decode() for f in schema]
+                try:
+                    cur.execute(postgres_capped_select(body, types, cap, max_rows))
+                except adbc.Error as exc:
+                    if str(getattr(exc, "sqlstate", "")) != "42601":
+                        raise
+                    raise QueryRefused(
+                        f"refused on {self._where}: the statement parses but is not a query "
+                        "whose rows can be read (a data-modifying WITH, SELECT INTO, ...); "
+                        "only a SELECT (or WITH ... SELECT, VALUES, TABLE) is allowed"
+                    ) from exc
+                out = ResultCollector(columns, max_rows, max_bytes, cap)
+                for batch in cur.fetch_record_batch():
+                    if not out.extend(_convert(pa.Table.from_batches([batch]))):
+                        break
+        except adbc.Error as exc:
+            raise _error(exc, self._where, self._timeout_s) from exc
+        except (OSError, pa.ArrowException) as exc:  # raised while the stream is read
+            if "statement timeout" in str(exc):
+                raise QueryTimeout(
+                    f"statement ran past the {self._timeout_s:g}s limit on {self._where} and "
+                    "was cancelled"
+                ) from exc
+            raise QueryError(f"{str(exc).strip()} (on {self._where})") from exc
+        finally:
+            with contextlib.suppress(adbc.Error):
+                self._conn.rollback()
+        return out.result()
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -274,12 +312,13 @@ class PostgresStore(Store):
         self._cluster: ThrowawayCluster | None = None
         if self.dsn == INITDB:
             self._cluster = ThrowawayCluster()
-        self._token = secrets.token_hex(4)
-        self._host = socket.gethostname()
+        self._owner = Owner.current()
 
     @property
     def comment(self) -> str:
-        return f"{_TAG}:{self._host}:{os.getpid()}:{self._token}"
+        """The owner (`stores.owner.Owner.comment`) every database and role of this process
+        carries."""
+        return self._owner.comment()
 
     def _admin(self) -> Any:
         import psycopg
@@ -296,16 +335,7 @@ class PostgresStore(Store):
         super().setup_session()
         if self._cluster is not None and self._cluster.root is None:
             self.dsn = self._cluster.start()
-        with self._admin() as admin:
-            rows = admin.execute(
-                "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
-                "WHERE datname LIKE 'bi\\_%'"
-            ).fetchall()
-        for name, comment in rows:
-            parts = str(comment or "").split(":")
-            stale = len(parts) == 4 and parts[0] == _TAG and parts[1] == self._host
-            if stale and not _pid_alive(int(parts[2])):
-                self.drop(str(name))
+        sweep_stale(self.dsn)
 
     def teardown_session(self) -> None:
         if self._cluster is not None:
@@ -332,6 +362,7 @@ class PostgresStore(Store):
                 admin.execute(f"COMMENT ON DATABASE {db} IS '{self.comment}'")
                 admin.execute(f"REVOKE ALL ON DATABASE {db} FROM PUBLIC")
                 admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+                admin.execute(f"COMMENT ON ROLE {role} IS '{self.comment}'")
                 admin.execute(f"ALTER ROLE {role} SET statement_timeout = {timeout_ms}")
                 admin.execute(f"ALTER ROLE {role} SET default_transaction_read_only = on")
                 admin.execute(f"GRANT CONNECT ON DATABASE {db} TO {role}")
@@ -363,11 +394,31 @@ class PostgresStore(Store):
             admin.execute(f"DROP ROLE IF EXISTS {_ident(store_id + '_ro')}")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def sweep_stale(dsn: str) -> list[str]:
+    """Drop the `bi_*` databases and roles whose owner comment names a process of this host
+    that is gone (`stores.owner.Owner.is_gone`); the names dropped. Others' live ones, and
+    anything without a backintel comment, are left alone."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
+        dbs = admin.execute(
+            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
+            "WHERE datname LIKE 'bi\\_%'"
+        ).fetchall()
+        roles = admin.execute(
+            "SELECT rolname, shobj_description(oid, 'pg_authid') FROM pg_roles "
+            "WHERE rolname LIKE 'bi\\_%\\_ro'"
+        ).fetchall()
+        dropped = []
+        for name, comment in dbs:
+            owner = Owner.from_comment(comment)
+            if owner is not None and owner.is_gone():
+                admin.execute(f"DROP DATABASE IF EXISTS {_ident(str(name))} WITH (FORCE)")
+                admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name) + '_ro')}")
+                dropped.append(str(name))
+        for name, comment in roles:
+            owner = Owner.from_comment(comment)
+            if owner is not None and owner.is_gone() and str(name)[:-3] not in dropped:
+                admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name))}")
+                dropped.append(str(name))
+    return dropped

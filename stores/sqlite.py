@@ -23,6 +23,8 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 from stores.base import (
+    MAX_CELL_BYTES,
+    MAX_RESULT_BYTES,
     MAX_ROWS,
     Column,
     DatasetFiles,
@@ -38,6 +40,7 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
+from stores.caps import cell_cap, sqlite_capped_query, sqlite_collect
 from stores.fingerprint import LogicalHasher, file_sha256
 from stores.sqlite_build import TemplateCache, quote_ident
 from stores.sqlite_policy import (
@@ -53,6 +56,8 @@ from stores.sqlite_policy import (
 __all__ = ["SQLiteProvisionedStore", "SQLiteSession", "SQLiteStore", "sqlite_logical_fingerprint"]
 
 _PROGRESS_STEPS = 1000
+_MAX_COLUMNS = 900
+"""The wrapping query doubles the columns; SQLite allows 2000 in a result."""
 _INTERNAL_PREFIX = re.compile(r"sqlite_", re.IGNORECASE)
 
 
@@ -178,7 +183,12 @@ class SQLiteSession(StoreSession):
         )
         return TableInfo(name=found, columns=columns, row_count=count)
 
-    def run_sql(self, sql: str, max_rows: int = MAX_ROWS) -> QueryResult:
+    def run_sql(
+        self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
+    ) -> QueryResult:
+        """One query under the row and byte caps: the statement is wrapped so SQLite itself cuts
+        text to the cell cap and reports an over-long blob by its length (which, for
+        `zeroblob`, never materialises it), and rows are fetched in small batches."""
         if max_rows < 0:
             raise ValueError(f"max_rows must be 0 or more, got {max_rows}")
         statement = single_statement(sql)
@@ -195,17 +205,36 @@ class SQLiteSession(StoreSession):
                     raise  # a misspelt query is a syntax error for the analyst to fix
             raise not_a_query(first, statement)
 
-        def fetch(cursor: sqlite3.Cursor) -> QueryResult:
-            rows = cursor.fetchmany(max_rows + 1)
-            names = [str(d[0]) for d in cursor.description or ()]
-            return QueryResult(
-                columns=names,
-                rows=[tuple(r) for r in rows[:max_rows]],
-                truncated=len(rows) > max_rows,
-                max_rows=max_rows,
+        body = statement.rstrip().rstrip(";")
+        if first in ("PRAGMA", "EXPLAIN"):  # small outputs, cannot be a subquery
+            small: QueryResult = self._run(
+                body, (), lambda c: sqlite_collect(c, max_rows, max_bytes, None, MAX_CELL_BYTES)
             )
-
-        result: QueryResult = self._run(statement, (), fetch)
+            return small
+        self._run(f"EXPLAIN {body}", (), lambda c: None)  # prepared only: the authorizer decides
+        try:
+            names: list[str] = self._run(
+                f"SELECT * FROM (\n{body}\n) LIMIT 0",
+                (),
+                lambda c: [str(d[0]) for d in c.description or ()],
+            )
+        except QueryRefused:
+            raise
+        except QueryError as exc:
+            raise refusal(
+                "the statement prepares but is not a query whose rows can be read (a WITH "
+                "... DELETE, for instance)"
+            ) from exc
+        if len(names) > _MAX_COLUMNS:
+            raise QueryError(
+                f"the result has {len(names)} columns; run_sql returns at most {_MAX_COLUMNS}"
+            )
+        cap = cell_cap(len(names), max_rows, max_bytes)
+        result: QueryResult = self._run(
+            sqlite_capped_query(body, len(names), cap),
+            (),
+            lambda c: sqlite_collect(c, max_rows, max_bytes, names, cap),
+        )
         return result
 
     def close(self) -> None:

@@ -45,6 +45,7 @@ from pytest_backintel.analyst_api import (
 )
 from pytest_backintel.contract import AnalystAnswer, Refusal
 from stores.base import (
+    MAX_RESULT_BYTES,
     MAX_ROWS,
     DatasetFiles,
     ProvisionedStore,
@@ -245,9 +246,11 @@ class ThreadRecorder(StoreSession):
         self.threads.add(threading.get_ident())
         return self.inner.describe_table(name)
 
-    def run_sql(self, sql: str, max_rows: int = MAX_ROWS) -> QueryResult:
+    def run_sql(
+        self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
+    ) -> QueryResult:
         self.threads.add(threading.get_ident())
-        return self.inner.run_sql(sql, max_rows)
+        return self.inner.run_sql(sql, max_rows, max_bytes)
 
     def close(self) -> None:
         self.threads.add(threading.get_ident())

@@ -80,17 +80,25 @@ class PidsCgroup:
         return cls.base() is not None
 
     @classmethod
-    def sweep_stale(cls) -> None:
-        """Remove empty leaf cgroups left by harness processes that no longer exist."""
+    def sweep_stale(cls) -> list[Path]:
+        """Remove the leaf cgroups (`<owner pid>-<token>`) of harness processes that no longer
+        exist, killing any payload left inside first; the leaves removed. Leaves of live
+        processes (other sessions on this machine) are left alone."""
         base = cls.base()
         parent = None if base is None else base / "backintel"
         if parent is None or not parent.is_dir():
-            return
-        for leaf in parent.iterdir():
+            return []
+        removed = []
+        for leaf in sorted(parent.iterdir()):
             owner = leaf.name.partition("-")[0]
             if leaf.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
-                with contextlib.suppress(OSError):
-                    leaf.rmdir()
+                group = cls(leaf)
+                with contextlib.suppress(OSError, SandboxError):
+                    group.kill_all()
+                group.remove()
+                if not leaf.exists():
+                    removed.append(leaf)
+        return removed
 
     @property
     def procs_file(self) -> Path:

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Protocol, Self
 
 from pytest_backintel.sandbox.limits import LimitHit, Limits
+from stores.owner import mark_folder
 
 __all__ = [
     "STORE_DIR",
@@ -231,6 +232,7 @@ class SandboxProvider(ABC):
         if self.workdir is not None:
             self.workdir.mkdir(parents=True, exist_ok=True)
         self._session_dir = Path(tempfile.mkdtemp(prefix="backintel-sbx-", dir=self.workdir))
+        mark_folder(self._session_dir)  # found and removed after a crash (cleanup.py)
         self._check_available()
 
     def teardown_session(self) -> None:

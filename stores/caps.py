@@ -1,0 +1,232 @@
+"""Byte caps on query results: per cell and per result, on top of the row cap.
+
+Each backend wraps the analyst's query so the engine itself cuts long text and binary cells
+to `cell_cap(...) + 1` bytes or characters (one more than is kept, so a cut is visible) and
+stops after `max_rows + 1` rows, then fetches in small batches into a `ResultCollector`, which
+cuts cells to the cap, stops adding rows once the result passes `max_bytes`, and builds the
+`QueryResult` that states every cut. A new backend needs exactly this: a wrapping query with
+`cell_cap` and a batched fetch feeding `ResultCollector.add`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stores.base import MAX_CELL_BYTES, QueryResult
+
+__all__ = [
+    "BlobTooLong",
+    "ResultCollector",
+    "cell_cap",
+    "cell_size",
+    "duckdb_capped_select",
+    "postgres_capped_select",
+    "sqlite_capped_query",
+    "sqlite_collect",
+]
+
+ROW_BYTES = 32_000
+"""The most bytes one wrapped row may carry before cells are cut harder (wide results)."""
+ENGINE_FACTOR = 16
+"""The engine may hold this many times `max_bytes` of cut cells (DuckDB and ADBC collect the
+whole wrapped result before the first row is handed over)."""
+_MIN_CELL = 64
+_SQLITE_BATCH = 32
+
+
+def cell_cap(columns: int, max_rows: int, max_bytes: int) -> int:
+    """Bytes kept per cell for a result of `columns` columns: `MAX_CELL_BYTES`, less when the
+    row would pass `ROW_BYTES` or `max_rows + 1` such rows `ENGINE_FACTOR * max_bytes`
+    (never below 64)."""
+    columns = max(columns, 1)
+    engine = ENGINE_FACTOR * max_bytes // ((max_rows + 1) * columns)
+    return max(_MIN_CELL, min(MAX_CELL_BYTES, ROW_BYTES // columns, engine))
+
+
+@dataclass(frozen=True)
+class BlobTooLong:
+    """A binary cell the engine reported only by length, because reading it would cost
+    `size` bytes (SQLite's `zeroblob`)."""
+
+    size: int
+
+
+def _wrap(body: str, exprs: list[str], max_rows: int) -> str:
+    """`SELECT <exprs> FROM (<body>) AS _bi_q(c0, c1, ...) LIMIT max_rows + 1`."""
+    if not exprs:
+        return f"SELECT * FROM (\n{body}\n) AS _bi_q LIMIT {max_rows + 1}"
+    names = ", ".join(f"c{i}" for i in range(len(exprs)))
+    return f"SELECT {', '.join(exprs)} FROM (\n{body}\n) AS _bi_q({names}) LIMIT {max_rows + 1}"
+
+
+def cell_size(value: Any) -> int:
+    """Bytes a cell costs in the result: UTF-8 length of text, length of binary, else its text."""
+    if value is None or isinstance(value, bool | int | float):
+        return 8
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value)
+    return len(str(value))
+
+
+def _cut(value: Any, cap: int) -> tuple[Any, bool]:
+    if isinstance(value, BlobTooLong):
+        return f"<binary value of {value.size} bytes, not shown: cells are cut at {cap}>", True
+    if isinstance(value, str) and len(value) > cap // 4:
+        raw = value.encode("utf-8", "surrogatepass")
+        if len(raw) > cap:
+            return raw[:cap].decode("utf-8", "ignore"), True
+    if isinstance(value, bytes | bytearray | memoryview) and len(value) > cap:
+        return bytes(value[:cap]), True
+    return value, False
+
+
+@dataclass
+class ResultCollector:
+    """Rows added one by one under the row, cell and result caps."""
+
+    columns: list[str]
+    max_rows: int
+    max_bytes: int
+    cell_bytes: int = MAX_CELL_BYTES
+    """The cap `cell_cap` gave the wrapping query."""
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    size: int = 0
+    cut_cells: int = 0
+    truncated: bool = False
+    cut_by_bytes: bool = False
+
+    @property
+    def full(self) -> bool:
+        """True once no further row will be kept."""
+        return self.truncated
+
+    def add(self, row: Sequence[Any]) -> bool:
+        """Keep `row` if the caps allow; False once the result is full (stop fetching)."""
+        if self.truncated:
+            return False
+        if len(self.rows) >= self.max_rows:
+            self.truncated = True
+            return False
+        cells, cut = [], 0
+        for value in row:
+            kept, was_cut = _cut(value, self.cell_bytes)
+            cells.append(kept)
+            cut += was_cut
+        size = sum(cell_size(v) for v in cells) + len(cells)
+        if self.rows and self.size + size > self.max_bytes:
+            self.truncated = self.cut_by_bytes = True
+            return False
+        self.rows.append(tuple(cells))
+        self.size += size
+        self.cut_cells += cut
+        return True
+
+    def extend(self, rows: Iterable[Sequence[Any]]) -> bool:
+        """`add` each row; False once full."""
+        return all(self.add(row) for row in rows)
+
+    def result(self) -> QueryResult:
+        return QueryResult(
+            columns=self.columns,
+            rows=self.rows,
+            truncated=self.truncated,
+            max_rows=self.max_rows,
+            cut_cells=self.cut_cells,
+            max_cell_bytes=self.cell_bytes,
+            cut_by_bytes=self.cut_by_bytes,
+            max_bytes=self.max_bytes,
+        )
+
+
+_FIXED = frozenset(
+    {"boolean", "tinyint", "smallint", "integer", "bigint", "hugeint", "utinyint", "usmallint",
+     "uinteger", "ubigint", "uhugeint", "float", "double", "decimal", "date", "time",
+     "time_ns", "timestamp", "timestamp_s", "timestamp_ms", "timestamp_ns",
+     "timestamp with time zone", "time with time zone", "interval", "uuid", "enum", "null"}
+)  # fmt: skip
+"""DuckDB type ids of bounded size, passed through the wrapping query unchanged."""
+
+
+def duckdb_capped_select(body: str, type_ids: Sequence[str], cap: int, max_rows: int) -> str:
+    """`body` as a subquery with positional column names: text cut to `cap + 1` characters,
+    blobs to `cap + 1` bytes, other variable-size values (lists, structs, maps, JSON, bit
+    strings) rendered as text and cut, and at most `max_rows + 1` rows."""
+    exprs = []
+    for i, kind in enumerate(type_ids):
+        c = f"c{i}"
+        if kind in _FIXED:
+            exprs.append(c)
+        elif kind == "varchar":
+            exprs.append(f"left({c}, {cap + 1})")
+        elif kind == "blob":
+            exprs.append(f"{c}[1:{cap + 1}]")
+        else:
+            exprs.append(f"left(CAST({c} AS VARCHAR), {cap + 1})")
+    return _wrap(body, exprs, max_rows)
+
+
+def sqlite_capped_query(body: str, columns: int, cap: int) -> str:
+    """`body` as a CTE with positional column names, each text cell cut to `cap + 1`
+    characters and each blob longer than `cap` replaced by NULL plus its length. No outer
+    LIMIT: it would stop SQLite flattening the CTE, and a co-routine copies (so expands) a
+    `zeroblob`; rows are pulled one batch at a time and the pull stops at the caps."""
+    names = [f"c{i}" for i in range(columns)]
+    exprs = []
+    for c in names:
+        big = f"typeof({c}) = 'blob' AND length({c}) > {cap}"
+        exprs.append(
+            f"CASE WHEN {big} THEN NULL WHEN typeof({c}) = 'text' THEN substr({c}, 1, {cap + 1}) "
+            f"ELSE {c} END"
+        )
+        exprs.append(f"CASE WHEN {big} THEN length({c}) END")
+    return f"WITH _bi_q({', '.join(names)}) AS (\n{body}\n) SELECT {', '.join(exprs)} FROM _bi_q"
+
+
+def sqlite_collect(
+    cursor: sqlite3.Cursor, max_rows: int, max_bytes: int, names: list[str] | None, cap: int
+) -> QueryResult:
+    """Rows in batches of `_SQLITE_BATCH` into a `ResultCollector`; with `names`, the cursor holds
+    `sqlite_capped_query` pairs (value, length of an over-long blob)."""
+    wrapped = names is not None
+    columns = names if names is not None else [str(d[0]) for d in cursor.description or ()]
+    out = ResultCollector(columns, max_rows, max_bytes, cap)
+    while batch := cursor.fetchmany(_SQLITE_BATCH):
+        if wrapped:
+            batch = [
+                tuple(
+                    v if n is None else BlobTooLong(int(n))
+                    for v, n in zip(r[::2], r[1::2], strict=True)
+                )
+                for r in batch
+            ]
+        if not out.extend(batch):
+            break
+    return out.result()
+
+
+_PG_FIXED = frozenset(
+    {"int2", "int4", "int8", "float4", "float8", "bool", "date", "time", "timetz", "timestamp",
+     "timestamptz", "interval", "uuid", "oid", "numeric", "money"}
+)  # fmt: skip
+"""PostgreSQL types of bounded size (numeric: at most 131072 digits), passed unchanged."""
+
+
+def postgres_capped_select(body: str, type_names: Sequence[str], cap: int, max_rows: int) -> str:
+    """`body` as a subquery with positional column names: bytea cut to `cap + 1` bytes, any
+    other variable-size value (text, json, arrays, records) as text cut to `cap + 1`
+    characters, and at most `max_rows + 1` rows."""
+    exprs = []
+    for i, kind in enumerate(type_names):
+        c = f"_bi_q.c{i}"
+        if kind in _PG_FIXED:
+            exprs.append(c)
+        elif kind == "bytea":
+            exprs.append(f"substring({c} from 1 for {cap + 1})")
+        else:
+            exprs.append(f"left({c}::text, {cap + 1})")
+    return _wrap(body, exprs, max_rows)

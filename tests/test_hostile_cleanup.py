@@ -1,0 +1,170 @@
+"""A run killed with SIGKILL mid-item leaves its store copy, sandbox folder, cgroup (and, on
+PostgreSQL, database and role) behind; the next run's start removes them, and only them.
+`backintel clean` does the same on demand."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_backintel.cleanup import clean_stale
+from pytest_backintel.cli import main
+from stores.owner import OWNER_FILE, Owner, mark_folder
+from stores.postgres import DEFAULT_DSN
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO = ROOT / "scenarios" / "definitions" / "level1" / "l1-delivered-orders.scenario.yaml"
+CGROUPS = [Path("/sys/fs/cgroup/backintel"), Path("/sys/fs/cgroup/pids/backintel")]
+
+HANG = """
+import json, os
+from pathlib import Path
+
+
+class Hang:
+    name = "hang"
+    kind = "custom"
+
+    def answer(self, task):
+        Path(os.environ["HANG_READY"]).write_text(json.dumps(
+            {"pid": os.getpid(), "store": task.store_label}))
+        if task.run_python is None:  # no sandbox for this store: hang here
+            import time
+            time.sleep(600)
+        task.run_python("import time; time.sleep(600)")
+        raise RuntimeError("never reached")
+
+
+def factory(config):
+    return Hang()
+"""
+
+
+def pytest_run(tmp: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "pytest", str(SCENARIO), "-p", "no:xdist", "-q",
+           "-p", "no:cacheprovider", "--results-dir", str(tmp / "results"), *args]  # fmt: skip
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def leftovers(data: Path, pid: int) -> dict[str, list[str]]:
+    found = {
+        "stores": sorted(str(p) for p in data.glob(f"stores/*/{pid}/**/bi_*")),
+        "sandbox": sorted(str(p) for p in data.glob(f"sandbox/{pid}/*/ws-*")),
+        "cgroups": sorted(str(p) for root in CGROUPS for p in root.glob(f"{pid}-*")),
+    }
+    return found
+
+
+def databases(store_id: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(DEFAULT_DSN, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname = %s UNION ALL "
+            "SELECT rolname FROM pg_roles WHERE rolname = %s",
+            (store_id, f"{store_id}_ro"),
+        ).fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_next_run_removes_what_a_killed_run_left(tmp_path: Path, store: str) -> None:
+    (tmp_path / "hang_analyst.py").write_text(HANG)
+    data = Path(tempfile.mkdtemp(prefix="backintel-clean-test-"))
+    data.chmod(0o755)  # the sandbox's user must reach the store copy (tmp_path is 0700)
+    ready = tmp_path / "ready.json"
+    env = os.environ | {"BACKINTEL_DATA_DIR": str(data), "HANG_READY": str(ready),
+                        "PYTHONPATH": str(tmp_path)}  # fmt: skip
+    first = pytest_run(tmp_path, "--analyst", "hang_analyst:factory", "--store", store, env=env)
+    deadline = time.monotonic() + 300
+    while not ready.exists():
+        assert first.poll() is None, first.stdout.read().decode() if first.stdout else ""
+        assert time.monotonic() < deadline, "the first run never reached the analyst"
+        time.sleep(0.2)
+    info = json.loads(ready.read_text())
+    sandboxed = ("sandbox", "cgroups") if store == "sqlite" else ()
+    while not all(leftovers(data, info["pid"])[k] for k in sandboxed):
+        assert first.poll() is None, first.stdout.read().decode() if first.stdout else ""
+        assert time.monotonic() < deadline, "the sandbox payload never started"
+        time.sleep(0.1)
+    time.sleep(0.5)  # mid-item: the payload sleeps inside its cgroup
+    store_id = info["store"].split(":", 1)[1]
+    os.kill(info["pid"], signal.SIGKILL)
+    first.wait(30)
+    left = leftovers(data, info["pid"])
+    if store == "sqlite":  # the copy, the sandbox workspace, the payload's cgroup
+        assert all(left.values()), left
+    else:  # no sandbox for a server store; its database and role are left on the server
+        assert databases(store_id) == sorted([store_id, f"{store_id}_ro"])
+
+    # a live owner's folder on the same machine must survive the sweep
+    live = data / "stores" / "sqlite" / str(os.getpid())
+    mark_folder(live)
+    second = pytest_run(tmp_path, "--store", "sqlite", env=env)
+    out = second.communicate(timeout=600)[0].decode()
+    assert second.returncode == 0, out
+    assert leftovers(data, info["pid"]) == {"stores": [], "sandbox": [], "cgroups": []}
+    assert not (data / "stores" / store / str(info["pid"])).exists()
+    assert live.is_dir()
+    if store == "postgres":
+        assert databases(store_id) == []
+    shutil.rmtree(data)
+
+
+def test_backintel_clean_removes_only_gone_owners(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead_pid = int(dead.stdout)
+    gone = data / "stores" / "sqlite" / str(dead_pid)
+    gone.mkdir(parents=True)
+    (gone / "bi_0123456789ab.sqlite").write_bytes(b"x")
+    reused = data / "stores" / "duckdb" / str(child.pid)  # a live pid, but another start time
+    reused.mkdir(parents=True)
+    me = Owner.current()
+    (reused / OWNER_FILE).write_text(json.dumps(
+        {"host": me.host, "boot": me.boot, "pid": child.pid, "start": 1}))  # fmt: skip
+    alive = data / "sandbox" / str(child.pid)
+    alive.mkdir(parents=True)
+    outside = tmp_path / "interpreter"
+    outside.write_text("#!/bin/sh\n")
+    outside.chmod(0o755)
+    shipped = data / "sandbox" / str(dead_pid) / "backintel-sbx-x" / "shipped" / "bin"
+    shipped.mkdir(parents=True)
+    (shipped / "python").symlink_to(outside)
+    (shipped.parent / "etc").symlink_to(tmp_path)
+    other_host = data / "stores" / "postgres" / "1"
+    other_host.mkdir(parents=True)
+    (other_host / OWNER_FILE).write_text(json.dumps(
+        {"host": "elsewhere", "boot": "", "pid": 999999, "start": None}))  # fmt: skip
+    try:
+        assert main(["clean", "--data-dir", str(data), "--dry-run", "--no-postgres"]) == 0
+        assert gone.exists()
+        assert f"would remove: removed folder {gone}" in capsys.readouterr().out
+        assert main(["clean", "--data-dir", str(data), "--no-postgres"]) == 0
+        out = capsys.readouterr().out
+    finally:
+        child.kill()
+    assert not gone.exists()
+    assert not shipped.exists()
+    assert outside.stat().st_mode & 0o777 == 0o755  # a link's target is never touched
+    assert outside.exists()
+    assert not reused.exists()
+    assert alive.is_dir()
+    assert other_host.is_dir()
+    assert f"removed folder {gone}" in out
+    assert clean_stale(data, postgres=False).folders == []
