@@ -22,6 +22,7 @@ from pytest_backintel.contract import AnalystAnswer
 from pytest_backintel.dialects import SOURCE_DIALECT, translate
 from pytest_backintel.evidence import EvidenceResult, jsonable, reexecute
 from pytest_backintel.outcomes import Outcome
+from pytest_backintel.probe import DataProbe
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring import Reason, TrialScore, score_answer
 from pytest_backintel.tolerance import tolerance_for
@@ -126,9 +127,11 @@ def run_trial(
     dialect: str = SOURCE_DIALECT,
     verify_data: Callable[[], list[str]] = list,
     case_key: str | None = None,
+    probe: Callable[[], DataProbe | None] | None = None,
 ) -> TrialResult:
     """Run one trial. The reference is loaded only after the analyst has answered; the
-    dataset's pinned files (`verify_data`) are checked before and after."""
+    dataset's pinned files (`verify_data`) are checked before and after; evidence is also run on
+    the data probe (`probe`, built only when the answer cites evidence)."""
     before = store.fingerprint()
     if problems := verify_data():
         failed = TrialResult(scenario, trial, store.display_id, TrialScore(Outcome.NOT_RUN), None)
@@ -168,9 +171,13 @@ def run_trial(
         if isinstance(run.output, AnalystAnswer):
             try:
                 result.evidence = reexecute(
-                    run.output, scenario, store, python.evidence if python else None
+                    run.output,
+                    scenario,
+                    store,
+                    python.evidence if python else None,
+                    probe() if probe is not None and run.output.evidence else None,
                 )
-            except InfraError as exc:
+            except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
                 return result
         try:
