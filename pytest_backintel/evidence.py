@@ -12,7 +12,7 @@ evaluator's check query there under the metric's tolerance.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -177,10 +177,10 @@ def reexecute(
     scenario: Scenario,
     store: ProvisionedStore,
     python: PythonRunner | None = None,
-    probe: DataProbe | None = None,
+    probes: Sequence[DataProbe] = (),
 ) -> list[EvidenceResult]:
     """Re-run every evidence item of `answer`, compare with the reported values exactly, and
-    (with a `probe`) check that the values are derived from the data."""
+    (on each of `probes`) check that the values are derived from the data."""
     reported = {m.name: m.value for m in answer.metrics}
     results = []
     for item in answer.evidence:
@@ -209,7 +209,8 @@ def reexecute(
                 res.reproduced[name] = cmp.ok
                 if not cmp.ok:
                     res.details[name] = f"re-execution gave a different value: {cmp.detail}"
-        if probe is not None and any(res.reproduced.values()):
-            _follows_data(res, item, scenario, probe)
+        for probe in probes:
+            if any(res.reproduced.values()):
+                _follows_data(res, item, scenario, probe)
         results.append(res)
     return results

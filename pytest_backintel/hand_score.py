@@ -76,6 +76,16 @@ class HandScorer:
             return computed_reference(scenario, world, files)
         return reference_for(scenario, data_hash)
 
+    def store(self, scenario: Scenario) -> tuple[ProvisionedStore, str]:
+        """The scenario's store on its bound backend (provisioned once) and its SQL dialect."""
+        spec = store_spec(scenario, self.default_store)
+        backend = self.backends.get(spec)
+        files, _ = self.dataset(scenario)
+        key = (spec, str(files.parquet_dir))
+        if key not in self._stores:
+            self._stores[key] = backend.provision(files)
+        return self._stores[key], backend.dialect
+
     def score(
         self, scenario: Scenario, output: AnalystAnswer | Refusal, manifest: Path | None = None
     ) -> tuple[TrialScore, list[EvidenceResult]]:
@@ -83,14 +93,10 @@ class HandScorer:
         evidence: list[EvidenceResult] = []
         if isinstance(output, AnalystAnswer):
             spec = store_spec(scenario, self.default_store)
-            backend = self.backends.get(spec)
+            store, _ = self.store(scenario)
             files, _ = self.dataset(scenario)
-            key = (spec, str(files.parquet_dir))
-            if key not in self._stores:
-                self._stores[key] = backend.provision(files)
-            store = self._stores[key]
-            probe = self.probes.get(spec, backend, files, self._python)
-            evidence = reexecute(output, scenario, store, self._python(store.mount_path), probe)
+            probes = self.probes.get(spec, self.backends.get(spec), files, self._python)
+            evidence = reexecute(output, scenario, store, self._python(store.mount_path), probes)
         return score_answer(
             scenario, output, evidence, self.reference(scenario, manifest)
         ), evidence

@@ -8,9 +8,9 @@ while the data moved. The copy keeps referential integrity, so a correct query s
 - rows are dropped by a deterministic hash of entity keys (a table's first column when it is
   id-like and unique), and every row referring to a dropped key is dropped with it, to a
   fixpoint (an order dropped with its customer takes its items, payments and reviews along);
-  tables under `MIN_ROWS` rows (dimensions) keep every row;
-- every floating-point column is scaled by its own factor (1 + n/16), so sums, means and
-  ratios of two money columns change.
+  tables under `MIN_ROWS` rows keep every row;
+- every floating-point value is scaled by a factor between 1.0625 and 1.5 that varies from
+  row to row and column to column, so sums, means, ratios and price changes move.
 
 The copy is built once per source (under a file lock, renamed into place when complete) and
 provisioned through the same `Store` interface as the real copy.
@@ -32,9 +32,9 @@ from stores.base import DatasetFiles
 
 __all__ = ["MIN_ROWS", "PERTURB_VERSION", "perturb_dataset", "perturb_tables"]
 
-PERTURB_VERSION = 1
+PERTURB_VERSION = 2
 """Bumped whenever the transformation changes, so old copies are never reused."""
-MIN_ROWS = 30
+MIN_ROWS = 4
 DROP_ONE_IN = 4
 _DONE = "perturbed.json"
 
@@ -51,18 +51,20 @@ def _id_like(name: str) -> bool:
     return name.endswith(("_id", "key")) or name == "id"
 
 
-def _dropped(values: pl.Series) -> pl.Series:
+def _dropped(values: pl.Series, salt: int) -> pl.Series:
     """The deterministic sample of key values that the copy drops (about one in four)."""
+    key = salt.to_bytes(4, "big")
     digests = [
-        int.from_bytes(hashlib.blake2b(str(v).encode(), digest_size=4).digest(), "big")
+        int.from_bytes(hashlib.blake2b(str(v).encode(), digest_size=4, key=key).digest(), "big")
         for v in values.to_list()
     ]
     mask = pl.Series([d % DROP_ONE_IN == 0 for d in digests])
     return values.filter(mask)
 
 
-def perturb_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """The perturbed tables (see the module docstring); deterministic for the same input."""
+def perturb_tables(tables: dict[str, pl.DataFrame], salt: int = 1) -> dict[str, pl.DataFrame]:
+    """The perturbed tables (see the module docstring); deterministic for the same input and
+    `salt` (each salt drops other rows and scales by other factors)."""
     keys = {t: _canonical(t, df.columns) for t, df in tables.items()}
     entity: dict[str, str] = {}  # key name -> the table it identifies
     drops: dict[str, set[str]] = {}
@@ -74,7 +76,7 @@ def perturb_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
             continue
         entity.setdefault(keys[table][first], table)
         drops.setdefault(keys[table][first], set()).update(
-            str(v) for v in _dropped(df[first]).to_list()
+            str(v) for v in _dropped(df[first], salt).to_list()
         )
     conditions: dict[str, pl.Expr] = {}
     changed = True
@@ -100,15 +102,17 @@ def perturb_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
         for col, dtype in df.schema.items():
             if dtype == pl.Float64:
                 n += 1
-                scaled.append((pl.col(col) * (1 + n / 16)).alias(col))
+                index = pl.int_range(pl.len(), dtype=pl.Int64)
+                step = (index * 2654435761 + n * 97 + salt * 7919) % 8 + 1
+                scaled.append((pl.col(col) * (1 + step / 16)).alias(col))
         if scaled:
             out[table] = df.with_columns(scaled)
     return out
 
 
-def _perturb_parquet(src: Path, dst: Path) -> dict[str, pl.DataFrame]:
+def _perturb_parquet(src: Path, dst: Path, salt: int) -> dict[str, pl.DataFrame]:
     tables = {p.stem: pl.read_parquet(p) for p in sorted(src.glob("*.parquet"))}
-    perturbed = perturb_tables(tables)
+    perturbed = perturb_tables(tables, salt)
     dst.mkdir(parents=True)
     for table, df in perturbed.items():
         df.write_parquet(dst / f"{table}.parquet", statistics=False)
@@ -121,7 +125,8 @@ def _perturb_sqlite(src: Path, dst: Path, tables: dict[str, pl.DataFrame]) -> No
     dst.chmod(0o644)
     con = sqlite3.connect(dst)
     try:
-        for table, df in sorted(tables.items()):
+        for table, frame in sorted(tables.items()):
+            df = frame.with_columns(pl.col(pl.Decimal).cast(pl.Float64))
             quoted = '"' + table.replace('"', '""') + '"'
             con.execute(f"DELETE FROM {quoted}")
             marks = ", ".join("?" for _ in df.columns)
@@ -132,8 +137,8 @@ def _perturb_sqlite(src: Path, dst: Path, tables: dict[str, pl.DataFrame]) -> No
         con.close()
 
 
-def _source_id(files: DatasetFiles) -> str:
-    parts = [str(PERTURB_VERSION), files.name, str(files.parquet_dir.resolve())]
+def _source_id(files: DatasetFiles, salt: int) -> str:
+    parts = [str(PERTURB_VERSION), str(salt), files.name, str(files.parquet_dir.resolve())]
     for path in sorted(files.parquet_dir.glob("*.parquet")):
         stat = path.stat()
         parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
@@ -142,14 +147,14 @@ def _source_id(files: DatasetFiles) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _build(files: DatasetFiles, folder: Path) -> None:
-    tables = _perturb_parquet(files.parquet_dir, folder / "parquet")
+def _build(files: DatasetFiles, folder: Path, salt: int) -> None:
+    tables = _perturb_parquet(files.parquet_dir, folder / "parquet", salt)
     if files.sqlite_path is not None:
         _perturb_sqlite(files.sqlite_path, folder / "store.sqlite", tables)
     for key, path in sorted(files.extra.items()):
         kind, _, alias = key.partition(":")
         if kind == "parquet":
-            _perturb_parquet(path, folder / f"parquet-{alias}")
+            _perturb_parquet(path, folder / f"parquet-{alias}", salt)
     for key, path in sorted(files.extra.items()):
         kind, _, alias = key.partition(":")
         if kind == "sqlite":
@@ -176,9 +181,9 @@ def _files(files: DatasetFiles, folder: Path) -> DatasetFiles:
     )
 
 
-def perturb_dataset(files: DatasetFiles, cache_dir: Path) -> DatasetFiles:
+def perturb_dataset(files: DatasetFiles, cache_dir: Path, salt: int = 1) -> DatasetFiles:
     """The perturbed copy of `files` under `cache_dir`, built on first use (xdist-safe)."""
-    final = cache_dir / f"{files.name}-{_source_id(files)}"
+    final = cache_dir / f"{files.name}-{_source_id(files, salt)}"
     if (final / _DONE).is_file():
         return _files(files, final)
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -189,7 +194,7 @@ def perturb_dataset(files: DatasetFiles, cache_dir: Path) -> DatasetFiles:
             tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=cache_dir))
             tmp.chmod(0o755)
             try:
-                _build(files, tmp)
+                _build(files, tmp, salt)
                 tmp.rename(final)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -8,14 +8,18 @@ the end of the session. The check query's values on the probe are computed once 
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from pytest_backintel.dialects import translate
 from pytest_backintel.perturb import perturb_dataset
 from pytest_backintel.scenario import Scenario
-from stores.base import DatasetFiles, ProvisionedStore, QueryError, Store
+from stores.base import DatasetFiles, ProvisionedStore, QueryError, Store, StoreError
 
 __all__ = ["DataProbe", "Probes", "PythonFactory"]
 
@@ -66,12 +70,17 @@ class DataProbe:
         self.store.teardown()
 
 
+SALTS = (1, 2)
+"""One probe per salt: two independently perturbed copies, so a value that one copy happens
+to leave unchanged (a rare count whose rows all survived) is still caught by the other."""
+
+
 class Probes:
     """Probes by (backend spec, dataset folder), provisioned on first use."""
 
     def __init__(self, cache_dir: Callable[[], Path]) -> None:
         self.cache_dir = cache_dir
-        self._probes: dict[tuple[str, str], DataProbe] = {}
+        self._probes: dict[tuple[str, str], list[DataProbe]] = {}
 
     def get(
         self,
@@ -79,22 +88,27 @@ class Probes:
         backend: Store,
         files: DatasetFiles,
         python: PythonFactory | None = None,
-    ) -> DataProbe:
+    ) -> list[DataProbe]:
         key = (spec, str(files.parquet_dir))
         if key not in self._probes:
-            perturbed = perturb_dataset(files, self.cache_dir())
-            store = backend.provision(perturbed)
-            runner = None
-            if python is not None:
-                mount, factory = store.mount_path, python
-                runner = _once(lambda: factory(mount))
-            self._probes[key] = DataProbe(store, backend.dialect, runner)
+            probes = []
+            for salt in SALTS:
+                try:
+                    perturbed = perturb_dataset(files, self.cache_dir(), salt)
+                except (OSError, ValueError, sqlite3.Error, pl.exceptions.PolarsError) as exc:
+                    why = f"could not build the data probe of {files.name!r}: {exc}"
+                    raise StoreError(why) from exc
+                store = backend.provision(perturbed)
+                runner = _once(partial(python, store.mount_path)) if python is not None else None
+                probes.append(DataProbe(store, backend.dialect, runner))
+            self._probes[key] = probes
         return self._probes[key]
 
     def teardown(self) -> None:
         probes, self._probes = self._probes, {}
-        for probe in probes.values():
-            probe.close()
+        for group in probes.values():
+            for probe in group:
+                probe.close()
 
 
 def _once(make: Callable[[], Any]) -> Callable[[], Any]:

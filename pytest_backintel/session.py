@@ -132,8 +132,8 @@ class BenchSession:
             return None
         return ItemPython(self.sandboxes, store.mount_path)
 
-    def probe(self, scenario: Scenario, with_python: bool) -> DataProbe:
-        """The data probe of the scenario's dataset on its backend (built on first use)."""
+    def probes_for(self, scenario: Scenario, with_python: bool) -> list[DataProbe]:
+        """The data probes of the scenario's dataset on its backend (built on first use)."""
         python = evidence_runner(lambda: self.sandboxes) if with_python else None
         spec, files = store_spec(scenario, self.options.store), self.dataset(scenario)[0]
         return self.probes.get(spec, self.store_for(scenario), files, python)
@@ -233,7 +233,7 @@ class BenchSession:
                 dialect=self.store_for(item.scenario).dialect,
                 verify_data=lambda: self.verify_data(scenario),
                 case_key=key,
-                probe=lambda: self.probe(scenario, python is not None),
+                probes=lambda: self.probes_for(scenario, python is not None),
             )
             span.finish(result.score.outcome.value)
         cost = self.budget.settle(self.analyst.kind, self.options.model, result.run)
