@@ -172,6 +172,40 @@ def _follows_data(
             )
 
 
+def _check_one(
+    res: EvidenceResult,
+    item: Evidence,
+    scenario: Scenario,
+    store: ProvisionedStore,
+    python: PythonRunner | None,
+    probes: Sequence[DataProbe],
+    reported: Mapping[str, Any],
+) -> None:
+    """Run one evidence item, compare its output with the answer, then on every probe."""
+    values, problems = _run_one(item, scenario, store, python)
+    if item.kind == "sql" and _reads_no_table(store, item.code):
+        raise EvidenceRunError(
+            "the query reads no table of the store: evidence must be derived from the data, "
+            "not written as literals"
+        )
+    res.ran, res.values = True, values
+    for name in item.metrics:
+        spec = scenario.metric(name)
+        if name in problems:
+            res.reproduced[name], res.details[name] = False, problems[name]
+        elif spec is None or name not in reported:
+            res.reproduced[name] = False
+            res.details[name] = f"cites {name!r}, which the answer does not report"
+        else:
+            cmp = reproduces(spec, values[name], reported[name])
+            res.reproduced[name] = cmp.ok
+            if not cmp.ok:
+                res.details[name] = f"re-execution gave a different value: {cmp.detail}"
+    for probe in probes:
+        if any(res.reproduced.values()):
+            _follows_data(res, item, scenario, probe)
+
+
 def reexecute(
     answer: AnalystAnswer,
     scenario: Scenario,
@@ -186,31 +220,12 @@ def reexecute(
     for item in answer.evidence:
         res = EvidenceResult(item.id, item.kind, item.code, list(item.metrics))
         try:
-            values, problems = _run_one(item, scenario, store, python)
-            if item.kind == "sql" and _reads_no_table(store, item.code):
-                raise EvidenceRunError(
-                    "the query reads no table of the store: evidence must be derived from the "
-                    "data, not written as literals"
-                )
+            _check_one(res, item, scenario, store, python, probes, reported)
         except (QueryError, EvidenceRunError) as exc:
-            res.error = str(exc)
-            results.append(res)
-            continue
-        res.ran, res.values = True, values
-        for name in item.metrics:
-            spec = scenario.metric(name)
-            if name in problems:
-                res.reproduced[name], res.details[name] = False, problems[name]
-            elif spec is None or name not in reported:
-                res.reproduced[name] = False
-                res.details[name] = f"cites {name!r}, which the answer does not report"
-            else:
-                cmp = reproduces(spec, values[name], reported[name])
-                res.reproduced[name] = cmp.ok
-                if not cmp.ok:
-                    res.details[name] = f"re-execution gave a different value: {cmp.detail}"
-        for probe in probes:
-            if any(res.reproduced.values()):
-                _follows_data(res, item, scenario, probe)
+            res.ran, res.error = False, str(exc)
+        except RecursionError:
+            res.ran, res.error = False, "the evidence output nests too deeply to be compared"
+        except (TypeError, ValueError, ArithmeticError, KeyError) as exc:
+            res.ran, res.error = False, f"the evidence output cannot be compared: {exc!r}"[:500]
         results.append(res)
     return results

@@ -24,6 +24,7 @@ from pytest_backintel.evidence import EvidenceResult, jsonable, reexecute
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.probe import DataProbe
 from pytest_backintel.refusals import countable_synonyms
+from pytest_backintel.rules import answer_rules
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring import Reason, TrialScore, score_answer
 from pytest_backintel.tolerance import tolerance_for
@@ -151,6 +152,7 @@ def run_trial(
         calibration=calibration_key(scenario, dialect) if analyst.kind == "calibration" else None,
         run_python=python.run if python is not None else None,
         case_key=case_key,
+        rules=answer_rules(scenario),
     )
     started = time.perf_counter()
     run, failure = _ask(analyst, task)
