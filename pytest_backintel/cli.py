@@ -110,6 +110,7 @@ def _score(args: argparse.Namespace) -> int:
     """Score one hand-written answer against one scenario, exactly as a trial would."""
     import pytest
 
+    from pytest_backintel.backends import store_spec
     from pytest_backintel.hand_score import HandScorer
     from scenarios.worlds import data_dir
 
@@ -143,6 +144,7 @@ def _score(args: argparse.Namespace) -> int:
         json.dumps(
             {
                 "case": scenario.id,
+                "store": store_spec(scenario, args.store),
                 "outcome": score.outcome.value,
                 "reasons": [r.message for r in score.reasons],
                 "evidence": [e.to_json() for e in evidence],

@@ -245,3 +245,47 @@ def mutants(scorer: HandScorer, case: Case, store: ProvisionedStore, dialect: st
     out = [Mutant("reference answer", ref, "pass")]
     out += [m for m in _answerable(scenario, store, ref, tables) if m is not None]
     return out
+
+
+# -- custom analysts for real items (`--analyst adversarial:<factory>`, tests on PYTHONPATH) --
+
+ANSWERS_ENV = "BACKINTEL_TEST_ANSWERS"
+"""A JSON file mapping scenario ids to the contract answer `scripted` gives for them."""
+SEEN_ENV = "BACKINTEL_TEST_SEEN"
+"""A file the impostor writes to if it is ever handed a task (it must not be)."""
+
+
+class _Scripted:
+    name = "scripted-mutants"
+    kind = "custom"
+
+    def answer(self, task: Any) -> Any:
+        import os
+
+        from pytest_backintel.analyst_api import AnalystRun
+        from pytest_backintel.contract import parse_answer
+
+        answers = json.loads(Path(os.environ[ANSWERS_ENV]).read_text())
+        case = str(task.case_key).split("/")[0]
+        return AnalystRun(output=parse_answer(answers[case]))
+
+
+class _Impostor:
+    name = "impostor"
+    kind = "calibration"
+
+    def answer(self, task: Any) -> Any:
+        import os
+
+        Path(os.environ[SEEN_ENV]).write_text(repr(task.calibration))
+        raise AssertionError("an impostor must never be handed a task")
+
+
+def scripted(config: Any) -> Any:
+    """Answers each case with the answer stored for it in $BACKINTEL_TEST_ANSWERS."""
+    return _Scripted()
+
+
+def impostor(config: Any) -> Any:
+    """A custom analyst that declares itself a calibration analyst to get the check query."""
+    return _Impostor()

@@ -86,3 +86,138 @@ def test_backintel_score_rejects_literal_evidence_and_accepts_the_reference(
     out = json.loads(capsys.readouterr().out)
     assert out["outcome"] == "unsupported_evidence"
     assert "reads no table" in out["reasons"][0]
+
+
+# -- the same through real items, and the smaller holes ------------------------------------
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def _bench(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[pytest.RunResult, dict[str, str]]:
+    from pytest_backintel.loading import DEFINITIONS_DIR
+
+    monkeypatch.setenv("PYTHONPATH", str(TESTS_DIR))
+    results = pytester.path / "results"
+    run = pytester.runpytest_subprocess(
+        str(DEFINITIONS_DIR),
+        "--results-dir",
+        str(results),
+        "--run-id",
+        "adv",
+        "-p",
+        "no:cacheprovider",
+        *args,
+    )
+    records = results / "adv" / "records.jsonl"
+    lines = records.read_text().splitlines() if records.exists() else []
+    return run, {r["scenario_id"]: r["outcome"] for r in map(json.loads, lines)}
+
+
+def test_a_custom_analyst_declaring_calibration_is_refused_at_start(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from adversarial import SEEN_ENV
+
+    seen = tmp_path / "seen"
+    monkeypatch.setenv(SEEN_ENV, str(seen))
+    run, records = _bench(
+        pytester,
+        monkeypatch,
+        "-m",
+        "development",
+        "-k",
+        "l1-delivered-orders",
+        "--analyst",
+        "adversarial:impostor",
+    )
+    assert run.ret == pytest.ExitCode.USAGE_ERROR
+    run.stderr.fnmatch_lines(["*declares kind 'calibration'*only the built-in calibration*"])
+    assert records == {}
+    assert not seen.exists()
+
+
+def test_mutants_fail_as_real_items(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Literal evidence (SQL and a Python program printing 100,000 nested lists), a refusal
+    stating the forbidden value and one repeating the question, each in a real item."""
+    from adversarial import ANSWERS_ENV, reference_answer
+
+    hand = HandScorer(data_dir())
+    try:
+        scenario = CASES["l1-average-review-score"].scenario
+        store, dialect = hand.store(scenario)
+        ref = reference_answer(hand, scenario, store, dialect)
+    finally:
+        hand.close()
+    nested = ref.evidence[0].model_copy(
+        update={"kind": "python", "code": "print('[' * 100000 + ']' * 100000)"}
+    )
+    ledger = CASES["acc-dev-missing-ledger"].scenario
+    answers = {
+        "l1-delivered-orders": {
+            "status": "answered",
+            "metrics": [{"name": "delivered_orders", "value": 3715, "unit": "orders"}],
+            "evidence": [
+                {
+                    "id": "e1",
+                    "kind": "sql",
+                    "metrics": ["delivered_orders"],
+                    "code": "SELECT 3715 + 0 * COUNT(*) AS delivered_orders FROM orders",
+                }
+            ],
+        },
+        "l1-average-review-score": ref.model_copy(update={"evidence": [nested]}).model_dump(),
+        "acc-dev-missing-ledger": {
+            "status": "refused",
+            "missing": ["expense ledger for the period"],
+            "explanation": "Using revenue instead, net profit is 10771.20.",
+        },
+        "acc-dev-partial-ledger": {
+            "status": "refused",
+            "missing": [ledger.question],
+            "explanation": ledger.question,
+        },
+    }
+    path = tmp_path / "answers.json"
+    path.write_text(json.dumps(answers))
+    monkeypatch.setenv(ANSWERS_ENV, str(path))
+    monkeypatch.setenv("BACKINTEL_TPCH_SF", "0.01")
+    select = " or ".join(answers)
+    from pytest_backintel.loading import DEFINITIONS_DIR
+
+    manifest = DEFINITIONS_DIR.parent / "acceptance" / "acceptance-v1" / "development.json"
+    run, records = _bench(
+        pytester,
+        monkeypatch,
+        str(manifest),
+        "-m",
+        "development",
+        "-k",
+        select,
+        "--analyst",
+        "adversarial:scripted",
+    )
+    assert records == {
+        "l1-delivered-orders": "unsupported_evidence",
+        "l1-average-review-score": "unsupported_evidence",
+        "acc-dev-missing-ledger": "invented_value",
+        "acc-dev-partial-ledger": "unhelpful_refusal",
+    }, run.stdout.str()[-3000:]
+
+
+def test_booleans_are_not_numbers() -> None:
+    from pytest_backintel.contract import parse_answer
+    from pytest_backintel.tolerance import compare_scalar
+
+    answer = parse_answer(
+        '{"status": "answered", "metrics": [{"name": "n", "value": true}], "evidence": []}'
+    )
+    assert answer.metrics[0].value is True
+    for kind in ("count", "currency", "ratio", "duration"):
+        cmp = compare_scalar(kind, 1, True)
+        assert not cmp.ok
+        assert "boolean" in cmp.detail
+    assert compare_scalar("count", 1, 1).ok
