@@ -221,3 +221,24 @@ def test_booleans_are_not_numbers() -> None:
         assert not cmp.ok
         assert "boolean" in cmp.detail
     assert compare_scalar("count", 1, 1).ok
+
+
+def test_build_cross_checks_are_exact_and_run_check_python() -> None:
+    from pytest_backintel.scenario import MetricKind
+    from scenarios.references import ReferenceMismatchError, _compare, _values
+    from scenarios.worlds import get_world
+
+    scenario = CASES["l1-average-review-score"].scenario
+    money = scenario.metrics[0].model_copy(update={"kind": MetricKind.CURRENCY})
+    with pytest.raises(ReferenceMismatchError, match="must agree exactly"):
+        _compare(scenario, money, 10.004, 10.0)  # within the scoring tolerance, not exact
+    _compare(scenario, money, 10.0, 10.0 + 1e-12)
+    world = get_world("olist")
+    files = world.ensure_built(data_dir())
+    assert _values(scenario, world, files)  # the shipped check_python agrees
+    name = scenario.metrics[0].name
+    wrong = scenario.model_copy(
+        update={"check_python": f"import json\nprint(json.dumps({{{name!r}: 1.0}}))"}
+    )
+    with pytest.raises(ReferenceMismatchError, match="check_python"):
+        _values(wrong, world, files)
