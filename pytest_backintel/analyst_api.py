@@ -90,6 +90,9 @@ class AnalystTask:
     between calls) and returns its output as text; None when the item has no sandbox."""
     case_key: str | None = None
     """`<scenario-id>/t<trial>`: names the trial, for analysts that replay recorded runs."""
+    rules: str = ""
+    """The answer contract and comparison rules for this question (metrics with kind and unit,
+    major currency units, full precision), the same for every analyst."""
 
 
 @dataclass

@@ -65,4 +65,10 @@ def load_analyst(spec: str, config: AnalystConfig) -> Analyst:
             f"--analyst {spec!r}: {target} returned {type(analyst).__name__}, which lacks "
             "`name`, `kind` and `answer(task)`"
         )
+    if analyst.kind == "calibration" and spec not in CALIBRATION_ANALYSTS:
+        raise AnalystLoadError(
+            f"--analyst {spec!r}: the analyst declares kind 'calibration', but only the built-in "
+            f"calibration analysts ({', '.join(CALIBRATION_ANALYSTS)}) receive calibration "
+            "facts; declare kind 'custom' (or 'model')"
+        )
     return analyst

@@ -102,9 +102,9 @@ def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True)
 
 
 def _clean_command(args: argparse.Namespace) -> int:
-    from scenarios.worlds import data_dir
+    from pytest_backintel.worlds import data_dir
 
-    folder = Path(args.data_dir) if args.data_dir else data_dir()
+    folder = Path(args.data_dir) if args.data_dir else data_dir(Path.cwd())
     report = clean_stale(folder, dry_run=args.dry_run, postgres=not args.no_postgres)
     prefix = "would remove: " if args.dry_run else ""
     for line in report.lines():

@@ -6,17 +6,14 @@ import argparse
 import difflib
 import json
 import sys
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from pytest_backintel.cleanup import register as register_clean
-from pytest_backintel.contract import AnalystAnswer, parse_answer
-from pytest_backintel.evidence import reexecute
+from pytest_backintel.contract import parse_answer
 from pytest_backintel.loading import (
     SCHEMA_PATH,
     ScenarioFileError,
@@ -25,7 +22,7 @@ from pytest_backintel.loading import (
     load_scenario_file,
     render_json_schema,
 )
-from pytest_backintel.manifests import find_manifest_case, manifest_reference
+from pytest_backintel.manifests import find_manifest_case
 from pytest_backintel.worlds import data_dir, get_world
 
 __all__ = ["main"]
@@ -68,9 +65,11 @@ def _data_build(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    """Score one hand-written answer against one scenario, as a trial would."""
-    from pytest_backintel.scoring import score_answer
-    from stores.registry import load_store_class
+    """Score one hand-written answer against one scenario, exactly as a trial would."""
+    import pytest
+
+    from pytest_backintel.backends import store_spec
+    from pytest_backintel.hand_score import HandScorer
 
     scenarios = find_scenarios()
     manifest_case = None if args.case in scenarios else find_manifest_case(ROOT, args.case)
@@ -88,30 +87,21 @@ def _score(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"{args.answer}: not a contract answer:\n{exc}", file=sys.stderr)
         return 2
-    world = get_world(scenario.dataset.world)
-    files = world.ensure_built(data_dir(Path.cwd()), snapshot=scenario.dataset.snapshot)
-    with tempfile.TemporaryDirectory() as tmp:
-        backend = load_store_class(args.store)(Path(tmp))
-        backend.setup_session()
-        store = backend.provision(files)
-        try:
-            evidence = (
-                reexecute(output, scenario, store) if isinstance(output, AnalystAnswer) else []
-            )
-        finally:
-            store.teardown()
-            backend.teardown_session()
-    if not scenario.answerable:
-        reference: Mapping[str, Any] = {}
-    elif manifest_case is not None:
-        reference = manifest_reference(manifest_case[0], scenario.id)
-    else:
-        reference = world.reference(scenario, files, world.data_hash(files))
-    score = score_answer(scenario, output, evidence, reference)
+    scorer = HandScorer(data_dir(Path.cwd()), store=args.store, sandbox=args.sandbox)
+    try:
+        score, evidence = scorer.score(
+            scenario, output, manifest_case[0] if manifest_case is not None else None
+        )
+    except pytest.UsageError as exc:
+        print(f"backintel score: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        scorer.close()
     print(
         json.dumps(
             {
                 "case": scenario.id,
+                "store": store_spec(scenario, args.store),
                 "outcome": score.outcome.value,
                 "reasons": [r.message for r in score.reasons],
                 "evidence": [e.to_json() for e in evidence],
@@ -161,7 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_data_build)
     p = sub.add_parser("score", help="score one answer (JSON) for one case")
     p.add_argument("--case", required=True, help="scenario id")
-    p.add_argument("--store", default="sqlite", help="store backend to re-execute evidence on")
+    p.add_argument(
+        "--store",
+        default="sqlite",
+        help="store backend to re-execute evidence on (a scenario's own binding overrides it)",
+    )
+    p.add_argument(
+        "--sandbox", default=None, help="sandbox backend for Python evidence (default as pytest)"
+    )
     p.add_argument("answer", help="the answer's JSON file")
     p.set_defaults(func=_score)
     freeze = sub.add_parser("freeze", help="frozen runs").add_subparsers(

@@ -19,8 +19,9 @@ __all__ = [
     "parse_answer",
 ]
 
-Scalar = int | float | str | None
-"""A metric value: a JSON number, a string for text metrics, or null."""
+Scalar = bool | int | float | str | None
+"""A metric value: a JSON number, a string for text metrics, or null. A JSON boolean stays a
+boolean (never the number 1 or 0), so scoring can reject it for numeric kinds by name."""
 
 TableValue = list[dict[str, Scalar]]
 """Rows for table metrics, each a mapping of column name to value."""
@@ -35,7 +36,7 @@ class MetricValue(_Strict):
 
     name: str = Field(min_length=1)
     """The requested metric's name, exactly as the question gives it."""
-    value: int | float | str | TableValue | None
+    value: bool | int | float | str | TableValue | None
     """A JSON number (never a string with units or separators), a string for text metrics,
     or rows for table metrics. Null means the analyst reports no value."""
     unit: str = ""

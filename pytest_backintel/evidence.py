@@ -3,19 +3,27 @@
 SQL evidence runs on a fresh read-only connection to the item's store; its result must have a
 column named exactly as each metric it cites (one row for scalar metrics, the rows themselves
 for a table metric). Python evidence runs in a fresh sandbox and prints a JSON object of values.
+The output must be exactly what was reported (counts exactly, other numbers to floating-point
+noise). Evidence must also be derived from the store: SQL whose plan reads no table is
+unsupported, and every program runs again on the data probe (a perturbed copy of the data,
+`pytest_backintel.probe`) where its values must follow the data, i.e. agree with the
+evaluator's check query there under the metric's tolerance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_backintel.contract import AnalystAnswer, Evidence
 from pytest_backintel.scenario import MetricKind, Scenario
-from pytest_backintel.tolerance import compare_metric
+from pytest_backintel.tolerance import compare_metric, reproduces
 from stores.base import ProvisionedStore, QueryError, QueryResult
+
+if TYPE_CHECKING:
+    from pytest_backintel.probe import DataProbe
 
 __all__ = [
     "EVIDENCE_MAX_ROWS",
@@ -111,6 +119,13 @@ def _run_sql(store: ProvisionedStore, code: str) -> QueryResult:
         return session.run_sql(code, max_rows=EVIDENCE_MAX_ROWS)
 
 
+def _reads_no_table(store: ProvisionedStore, code: str) -> bool:
+    """True when the engine's plan for `code` reads no table (None from a backend: unknown)."""
+    with store.connect() as session:
+        tables = session.tables_read(code)
+    return tables is not None and not tables
+
+
 def _run_one(
     item: Evidence, scenario: Scenario, store: ProvisionedStore, python: PythonRunner | None
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -127,35 +142,90 @@ def _run_one(
     return values, problems
 
 
+def _follows_data(
+    res: EvidenceResult, item: Evidence, scenario: Scenario, probe: DataProbe
+) -> None:
+    """Run `item` on the probe; a cited value that is not what the data gives there fails."""
+    expected, unknown = probe.check(scenario)
+    if unknown is not None:
+        return  # the evaluator's own query cannot say; the harness, not the analyst, is short
+    try:
+        values, problems = _run_one(item, scenario, probe.store, probe.python())
+    except (QueryError, EvidenceRunError) as exc:
+        for name in item.metrics:
+            res.reproduced[name] = False
+            res.details[name] = f"on a perturbed copy of the data the evidence failed: {exc}"
+        return
+    for name in item.metrics:
+        spec = scenario.metric(name)
+        if spec is None or not res.reproduced.get(name):
+            continue
+        got = values.get(name)
+        cmp = compare_metric(spec, expected.get(name), got) if name not in problems else None
+        if cmp is None or not cmp.ok:
+            why = problems.get(name) or (
+                f"it gave {jsonable(got)!r} where the data gives {jsonable(expected.get(name))!r}"
+            )
+            res.reproduced[name] = False
+            res.details[name] = (
+                "the evidence does not follow the data: on a perturbed copy of the store " + why
+            )
+
+
+def _check_one(
+    res: EvidenceResult,
+    item: Evidence,
+    scenario: Scenario,
+    store: ProvisionedStore,
+    python: PythonRunner | None,
+    probes: Sequence[DataProbe],
+    reported: Mapping[str, Any],
+) -> None:
+    """Run one evidence item, compare its output with the answer, then on every probe."""
+    values, problems = _run_one(item, scenario, store, python)
+    if item.kind == "sql" and _reads_no_table(store, item.code):
+        raise EvidenceRunError(
+            "the query reads no table of the store: evidence must be derived from the data, "
+            "not written as literals"
+        )
+    res.ran, res.values = True, values
+    for name in item.metrics:
+        spec = scenario.metric(name)
+        if name in problems:
+            res.reproduced[name], res.details[name] = False, problems[name]
+        elif spec is None or name not in reported:
+            res.reproduced[name] = False
+            res.details[name] = f"cites {name!r}, which the answer does not report"
+        else:
+            cmp = reproduces(spec, values[name], reported[name])
+            res.reproduced[name] = cmp.ok
+            if not cmp.ok:
+                res.details[name] = f"re-execution gave a different value: {cmp.detail}"
+    for probe in probes:
+        if any(res.reproduced.values()):
+            _follows_data(res, item, scenario, probe)
+
+
 def reexecute(
     answer: AnalystAnswer,
     scenario: Scenario,
     store: ProvisionedStore,
     python: PythonRunner | None = None,
+    probes: Sequence[DataProbe] = (),
 ) -> list[EvidenceResult]:
-    """Re-run every evidence item of `answer` and compare with the reported values."""
+    """Re-run every evidence item of `answer`, compare with the reported values exactly, and
+    (on each of `probes`) check that the values are derived from the data."""
     reported = {m.name: m.value for m in answer.metrics}
     results = []
     for item in answer.evidence:
         res = EvidenceResult(item.id, item.kind, item.code, list(item.metrics))
         try:
-            values, problems = _run_one(item, scenario, store, python)
+            _check_one(res, item, scenario, store, python, probes, reported)
         except (QueryError, EvidenceRunError) as exc:
-            res.error = str(exc)
-            results.append(res)
-            continue
-        res.ran, res.values = True, values
-        for name in item.metrics:
-            spec = scenario.metric(name)
-            if name in problems:
-                res.reproduced[name], res.details[name] = False, problems[name]
-            elif spec is None or name not in reported:
-                res.reproduced[name] = False
-                res.details[name] = f"cites {name!r}, which the answer does not report"
-            else:
-                cmp = compare_metric(spec, reported[name], values[name])
-                res.reproduced[name] = cmp.ok
-                if not cmp.ok:
-                    res.details[name] = f"re-execution gave a different value: {cmp.detail}"
+            res.ran, res.error = False, str(exc)
+        except RecursionError:
+            res.ran, res.error = False, "the evidence output nests too deeply to be compared"
+        except (TypeError, ValueError, ArithmeticError, KeyError) as exc:
+            res.ran, res.error = False, f"the evidence output cannot be compared: {exc!r}"[:500]
         results.append(res)
     return results

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ from pytest_backintel.sandbox import SandboxError
 from pytest_backintel.sandbox.base import Sandbox, SandboxProvider
 from pytest_backintel.sandbox.evidence import PythonEvidenceError, run_python_evidence
 
-__all__ = ["ItemPython"]
+__all__ = ["ItemPython", "evidence_runner"]
 
 
 class ItemPython:
@@ -47,3 +47,15 @@ class ItemPython:
         if self._sandbox is not None:
             sandbox, self._sandbox = self._sandbox, None
             sandbox.close()
+
+
+def evidence_runner(
+    provider: Callable[[], SandboxProvider],
+) -> Callable[[Path | None], Callable[[str], Mapping[str, Any]] | None]:
+    """Mount path -> the Python evidence runner over it (None when nothing can be mounted);
+    the provider is set up only when a runner is first made."""
+
+    def make(mount: Path | None) -> Callable[[str], Mapping[str, Any]] | None:
+        return ItemPython(provider(), mount).evidence if mount is not None else None
+
+    return make

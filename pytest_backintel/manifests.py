@@ -43,6 +43,19 @@ def is_manifest(config: pytest.Config, path: Path) -> bool:
     return any(fnmatch.fnmatch(rel, pattern) for pattern in patterns)
 
 
+MANIFEST_STORE = "sqlite"
+"""Acceptance and regression cases run on their bound SQLite stores, whatever `--store` says
+(the acceptance spec binds them), unless a case's dataset names another store itself."""
+
+
+def bound(scenario: Scenario) -> Scenario:
+    """The manifest case with its store binding made explicit (SQLite unless it names one)."""
+    if scenario.dataset.store is not None:
+        return scenario
+    dataset = scenario.dataset.model_copy(update={"store": MANIFEST_STORE})
+    return scenario.model_copy(update={"dataset": dataset})
+
+
 def _read(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8"), parse_float=Decimal)
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
@@ -93,7 +106,7 @@ class ManifestFile(pytest.File):
         bench = self.config.stash[SESSION_KEY]
         for index, case in enumerate(data["cases"]):
             try:
-                scenario = Scenario.model_validate(case.get("scenario"))
+                scenario = bound(Scenario.model_validate(case.get("scenario")))
             except ValidationError as exc:
                 first = exc.errors()[0]
                 field = ".".join(str(p) for p in first["loc"])
@@ -129,5 +142,5 @@ def find_manifest_case(root: Path, case_id: str) -> tuple[Path, Scenario] | None
         for path in sorted(root.glob(pattern)):
             for case in _read(path)["cases"]:
                 if case.get("scenario", {}).get("id") == case_id:
-                    return path, Scenario.model_validate(case["scenario"])
+                    return path, bound(Scenario.model_validate(case["scenario"]))
     return None

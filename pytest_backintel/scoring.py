@@ -1,12 +1,12 @@
 """Scoring one trial: the answer against the evaluator-owned reference, strictly.
 
 Each requested metric exactly once; values by kind (`tolerance`); every requested metric cited
-by evidence that reproduces it; refusals must name a declared concept and invent nothing.
+by evidence that reproduces it; refusals must name a declared concept and invent nothing
+(`pytest_backintel.refusals`).
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +15,7 @@ from typing import Any
 from pytest_backintel.contract import AnalystAnswer, Refusal
 from pytest_backintel.evidence import EvidenceResult
 from pytest_backintel.outcomes import PRECEDENCE, Outcome
+from pytest_backintel.refusals import countable_synonyms, names_concept, stated_value
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.tolerance import compare_metric, tolerance_for
 
@@ -59,16 +60,6 @@ class TrialScore:
         return cls(outcome, reasons, checks or [])
 
 
-def names_concept(text: str, synonyms: list[str]) -> bool:
-    """True when `text` names one of the synonyms as whole words (case-insensitive, plurals)."""
-    folded = re.sub(r"\s+", " ", text.casefold())
-    for synonym in synonyms:
-        words = re.sub(r"\s+", " ", synonym.casefold().strip())
-        if re.search(rf"(?<!\w){re.escape(words)}(?:s|es)?(?!\w)", folded):
-            return True
-    return False
-
-
 def _score_refusal_case(scenario: Scenario, output: AnalystAnswer | Refusal) -> TrialScore:
     spec = scenario.refusal
     assert spec is not None  # guaranteed by Scenario validation
@@ -91,19 +82,31 @@ def _score_refusal_case(scenario: Scenario, output: AnalystAnswer | Refusal) -> 
                 )
             ]
         )
-    text = " ".join([*output.missing, output.explanation])
-    unnamed = [group for group in spec.must_name if not names_concept(text, group)]
-    if unnamed:
-        wanted = "; ".join(" / ".join(g) for g in unnamed)
-        return TrialScore.from_reasons(
-            [
-                Reason(
-                    Outcome.UNHELPFUL_REFUSAL,
-                    f"the refusal does not name what is missing: expected one of [{wanted}] in "
-                    f"`missing` or `explanation`, got missing={output.missing!r}",
-                )
-            ]
+    missing = " ".join(output.missing)
+    reasons = []
+    if said := stated_value(" ".join([*output.missing, output.explanation]), scenario):
+        reasons.append(
+            Reason(
+                Outcome.INVENTED_VALUE,
+                f"the data cannot answer this ({spec.conditions}), yet the refusal gives a "
+                f"value for {spec.forbidden_metric}: {said!r}",
+                spec.forbidden_metric,
+            )
         )
+    groups = countable_synonyms(scenario)
+    unnamed = [g for g in groups if g and not names_concept(missing, g)]
+    if unnamed or not any(groups):
+        wanted = "; ".join(" / ".join(g) for g in unnamed) or "a declared concept"
+        reasons.append(
+            Reason(
+                Outcome.UNHELPFUL_REFUSAL,
+                f"the refusal does not name what is missing: expected one of [{wanted}] in "
+                f"`missing` (words of the question do not count), got missing="
+                f"{output.missing!r}",
+            )
+        )
+    if reasons:
+        return TrialScore.from_reasons(reasons)
     return TrialScore(Outcome.PASS)
 
 

@@ -31,12 +31,13 @@ from pytest_backintel.freeze import (
     verify_lock,
 )
 from pytest_backintel.html_report import RECORD_KEY, junit_properties
-from pytest_backintel.item_python import ItemPython
+from pytest_backintel.item_python import ItemPython, evidence_runner
 from pytest_backintel.judging import check_judge, judge_trial
 from pytest_backintel.manifests import manifest_reference
 from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, read_options
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.pipeline import LOOKAHEAD, TrialPipeline
+from pytest_backintel.probe import DataProbe, Probes
 from pytest_backintel.records import (
     RecordWriter,
     git_state,
@@ -45,6 +46,7 @@ from pytest_backintel.records import (
     new_run_id,
     now_iso,
     package_versions,
+    read_json,
     write_json,
 )
 from pytest_backintel.sandbox.base import SandboxProvider
@@ -88,6 +90,7 @@ class BenchSession:
         self.outcomes: Counter[str] = Counter()
         self._analyst: Analyst | None = None
         self.backends = StoreBackends(lambda: self.data_dir)
+        self.probes = Probes(lambda: self.data_dir / "perturbed")
         self._sandboxes: SandboxProvider | None = None
         self._tracing: Tracing | None = None
         self.budget = RunBudget(self.run_dir, self.options.run_limits)
@@ -147,6 +150,12 @@ class BenchSession:
         if store.mount_path is None:
             return None
         return ItemPython(self.sandboxes, store.mount_path)
+
+    def probes_for(self, scenario: Scenario, with_python: bool) -> list[DataProbe]:
+        """The data probes of the scenario's dataset on its backend (built on first use)."""
+        python = evidence_runner(lambda: self.sandboxes) if with_python else None
+        spec, files = store_spec(scenario, self.options.store), self.dataset(scenario)[0]
+        return self.probes.get(spec, self.store_for(scenario), files, python)
 
     @property
     def data_dir(self) -> Path:
@@ -247,6 +256,7 @@ class BenchSession:
                 dialect=self.store_for(item.scenario).dialect,
                 verify_data=lambda: self.verify_data(scenario),
                 case_key=key,
+                probes=lambda: self.probes_for(scenario, python is not None),
             )
             span.finish(result.score.outcome.value)
         return result, span.trace_id
@@ -397,6 +407,7 @@ class BenchSession:
         self.writer.close()
         if self._tracing is not None:
             self._tracing.close()
+        self.probes.teardown()
         self.backends.teardown()
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
@@ -405,7 +416,7 @@ class BenchSession:
         from pytest_backintel.tracing import merge_traces
 
         records = merge_parts(self.run_dir) if (self.run_dir / "parts").exists() else []
-        header = self.run_header() | _read_json(self.run_dir / "run.json")
+        header = self.run_header() | read_json(self.run_dir / "run.json")
         scen = sorted({f"{r['scenario_id']}@{r.get('scenario_sha', '')}" for r in records})
         header.update(
             {
@@ -424,16 +435,6 @@ class BenchSession:
         )
         write_json(self.run_dir / "run.json", header)
         self.outcomes = Counter(r["outcome"] for r in records)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    import json
-
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 SESSION_KEY = pytest.StashKey[BenchSession]()

@@ -17,7 +17,15 @@ from typing import Any
 
 from pytest_backintel.scenario import ColumnSpec, MetricKind, MetricSpec
 
-__all__ = ["TOLERANCE", "Comparison", "compare_metric", "compare_scalar", "tolerance_for"]
+__all__ = [
+    "NOISE",
+    "TOLERANCE",
+    "Comparison",
+    "compare_metric",
+    "compare_scalar",
+    "reproduces",
+    "tolerance_for",
+]
 
 TOLERANCE: dict[str, Decimal] = {
     "count": Decimal(0),
@@ -25,6 +33,11 @@ TOLERANCE: dict[str, Decimal] = {
     "ratio": Decimal("0.000001"),
     "duration": Decimal("0.000001"),
 }
+
+
+NOISE = Decimal("1e-9")
+"""Evidence must reproduce a reported number to floating-point noise: relative to its size,
+at least absolutely (counts exactly)."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +81,15 @@ def _normalise_text(value: str, steps: Sequence[str]) -> str:
 
 
 def compare_scalar(
-    kind: str, expected: Any, got: Any, normalize: Sequence[str] = ("strip",)
+    kind: str,
+    expected: Any,
+    got: Any,
+    normalize: Sequence[str] = ("strip",),
+    *,
+    exact: bool = False,
 ) -> Comparison:
-    """Compare one reported value with the reference under the kind's rule."""
+    """Compare one reported value with the reference under the kind's rule (`exact`: to
+    floating-point noise instead of the kind's tolerance, for evidence against the answer)."""
     if expected is None or got is None:
         if expected is None and got is None:
             return Comparison(True)
@@ -81,6 +100,8 @@ def compare_scalar(
         ok = _normalise_text(got, normalize) == _normalise_text(str(expected), normalize)
         return Comparison(ok, "" if ok else f"expected {expected!r}, got {got!r}")
     exp, val = _as_decimal(expected), _as_decimal(got)
+    if isinstance(got, bool):
+        return Comparison(False, f"expected a number, got the boolean {got!r} (not a number)")
     if val is None:
         return Comparison(False, f"expected a number, got {type(got).__name__} {got!r}")
     if exp is None:
@@ -88,6 +109,10 @@ def compare_scalar(
     if kind == "count" and val != val.to_integral_value():
         return Comparison(False, f"expected a whole count {exp}, got {got!r}")
     tol = TOLERANCE[kind]
+    if exact and kind != "count":
+        tol = NOISE * max(Decimal(1), abs(exp))
+    elif exact:
+        tol = Decimal(0)
     diff = abs(val - exp)
     ok = diff <= tol
     return Comparison(
@@ -105,17 +130,20 @@ def _compare_rows(
     got: dict[str, Any],
     normalize: Sequence[str],
     where: str,
+    exact: bool = False,
 ) -> Comparison:
     for col in columns:
         if col.name not in got:
             return Comparison(False, f"{where}: column {col.name!r} is missing")
-        cmp = compare_scalar(col.kind, expected.get(col.name), got[col.name], normalize)
+        cmp = compare_scalar(
+            col.kind, expected.get(col.name), got[col.name], normalize, exact=exact
+        )
         if not cmp.ok:
             return Comparison(False, f"{where}, column {col.name!r}: {cmp.detail}")
     return Comparison(True)
 
 
-def compare_table(spec: MetricSpec, expected: Any, got: Any) -> Comparison:
+def compare_table(spec: MetricSpec, expected: Any, got: Any, exact: bool = False) -> Comparison:
     """Row by row: same row count, rows matched by key (or position when ordered/keyless)."""
     if not isinstance(got, list) or not all(isinstance(r, dict) for r in got):
         return Comparison(False, f"expected rows (a list of objects), got {type(got).__name__}")
@@ -135,7 +163,7 @@ def compare_table(spec: MetricSpec, expected: Any, got: Any) -> Comparison:
                 )
             )
         for i, (e, g) in enumerate(pairs, 1):
-            cmp = _compare_rows(spec.columns, e, g, spec.normalize, f"row {i}")
+            cmp = _compare_rows(spec.columns, e, g, spec.normalize, f"row {i}", exact)
             if not cmp.ok:
                 return cmp
         return Comparison(True)
@@ -149,7 +177,7 @@ def compare_table(spec: MetricSpec, expected: Any, got: Any) -> Comparison:
         k = _row_key(e, spec.key)
         if k not in by_key:
             return Comparison(False, f"row with key {dict(zip(spec.key, k, strict=True))} missing")
-        cmp = _compare_rows(spec.columns, e, by_key[k], spec.normalize, f"row {k}")
+        cmp = _compare_rows(spec.columns, e, by_key[k], spec.normalize, f"row {k}", exact)
         if not cmp.ok:
             return cmp
     return Comparison(True)
@@ -160,3 +188,11 @@ def compare_metric(spec: MetricSpec, expected: Any, got: Any) -> Comparison:
     if spec.kind is MetricKind.TABLE:
         return compare_table(spec, expected, got)
     return compare_scalar(spec.kind.value, expected, got, spec.normalize)
+
+
+def reproduces(spec: MetricSpec, produced: Any, reported: Any) -> Comparison:
+    """Whether evidence output `produced` is exactly the `reported` value (counts exactly,
+    other numbers to floating-point noise): tolerance is never stacked on evidence."""
+    if spec.kind is MetricKind.TABLE:
+        return compare_table(spec, produced, reported, exact=True)
+    return compare_scalar(spec.kind.value, produced, reported, spec.normalize, exact=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -22,6 +22,9 @@ from pytest_backintel.contract import AnalystAnswer
 from pytest_backintel.dialects import SOURCE_DIALECT, translate
 from pytest_backintel.evidence import EvidenceResult, jsonable, reexecute
 from pytest_backintel.outcomes import Outcome
+from pytest_backintel.probe import DataProbe
+from pytest_backintel.refusals import countable_synonyms
+from pytest_backintel.rules import answer_rules
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring import Reason, TrialScore, score_answer
 from pytest_backintel.tolerance import tolerance_for
@@ -89,7 +92,7 @@ def calibration_key(scenario: Scenario, dialect: str = SOURCE_DIALECT) -> Calibr
         metric_units={m.name: m.unit for m in scenario.metrics},
         metric_kinds={m.name: m.kind.value for m in scenario.metrics},
         tolerances={m.name: tolerance_for(m.kind.value) for m in scenario.metrics},
-        refusal_concepts=[group[0] for group in refusal.must_name] if refusal else [],
+        refusal_concepts=[g[0] for g in countable_synonyms(scenario) if g] if refusal else [],
         forbidden_metric=refusal.forbidden_metric if refusal else None,
         check_python=scenario.check_python,
     )
@@ -126,9 +129,11 @@ def run_trial(
     dialect: str = SOURCE_DIALECT,
     verify_data: Callable[[], list[str]] = list,
     case_key: str | None = None,
+    probes: Callable[[], Sequence[DataProbe]] | None = None,
 ) -> TrialResult:
     """Run one trial. The reference is loaded only after the analyst has answered; the
-    dataset's pinned files (`verify_data`) are checked before and after."""
+    dataset's pinned files (`verify_data`) are checked before and after; evidence is also run on
+    the data probes (`probes`, built only when the answer cites evidence)."""
     before = store.fingerprint()
     if problems := verify_data():
         failed = TrialResult(scenario, trial, store.display_id, TrialScore(Outcome.NOT_RUN), None)
@@ -147,6 +152,7 @@ def run_trial(
         calibration=calibration_key(scenario, dialect) if analyst.kind == "calibration" else None,
         run_python=python.run if python is not None else None,
         case_key=case_key,
+        rules=answer_rules(scenario),
     )
     started = time.perf_counter()
     run, failure = _ask(analyst, task)
@@ -168,9 +174,13 @@ def run_trial(
         if isinstance(run.output, AnalystAnswer):
             try:
                 result.evidence = reexecute(
-                    run.output, scenario, store, python.evidence if python else None
+                    run.output,
+                    scenario,
+                    store,
+                    python.evidence if python else None,
+                    probes() if probes is not None and run.output.evidence else (),
                 )
-            except InfraError as exc:
+            except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
                 return result
         try:

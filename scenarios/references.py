@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 
 from pytest_backintel.loading import load_scenario_file
 from pytest_backintel.scenario import MetricKind, MetricSpec, Scenario
-from pytest_backintel.tolerance import compare_metric
+from pytest_backintel.tolerance import reproduces
 from scenarios.worlds import UnknownWorldError, World, data_dir, get_world
 from stores.base import DatasetFiles
 
@@ -171,19 +172,50 @@ def _run_check_sql(scenario: Scenario, files: DatasetFiles) -> dict[str, Any]:
     return rows[0]
 
 
-def _compare(scenario: Scenario, spec: MetricSpec, oracle_value: Any, sql_value: Any) -> None:
+def _compare(
+    scenario: Scenario,
+    spec: MetricSpec,
+    oracle_value: Any,
+    sql_value: Any,
+    source: str = "check_sql",
+) -> None:
     if spec.kind is not MetricKind.TABLE and oracle_value is None:
         raise ReferenceMismatchError(
             f"scenario {scenario.id!r}, metric {spec.name!r}: the oracle gives NULL, so the "
             "question has no value to score; make the question's population non-empty"
         )
-    cmp = compare_metric(spec, oracle_value, sql_value)
+    cmp = reproduces(spec, oracle_value, sql_value)
     if not cmp.ok:
         raise ReferenceMismatchError(
             f"scenario {scenario.id!r}, metric {spec.name!r}: oracle value "
-            f"{_short(oracle_value)} and check_sql value {_short(sql_value)} disagree "
-            f"({cmp.detail})"
+            f"{_short(oracle_value)} and {source} value {_short(sql_value)} disagree "
+            f"({cmp.detail}; they must agree exactly: counts exactly, other numbers to 1e-9)"
         )
+
+
+def _run_check_python(scenario: Scenario, files: DatasetFiles) -> dict[str, Any]:
+    """The values `check_python` prints, run in the default sandbox over the world's SQLite."""
+    from pytest_backintel.sandbox.evidence import PythonEvidenceError, run_python_evidence
+    from pytest_backintel.sandbox.registry import create_provider
+
+    assert scenario.check_python is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        provider = create_provider(None, Path(tmp))
+        provider.setup_session()
+        try:
+            outcome = run_python_evidence(provider, files.sqlite_path, scenario.check_python)
+        finally:
+            provider.teardown_session()
+    if isinstance(outcome, PythonEvidenceError):
+        raise ReferenceMismatchError(
+            f"scenario {scenario.id!r}: check_python did not run ({outcome.kind}): {outcome.reason}"
+        )
+    missing = sorted({m.name for m in scenario.metrics} - set(outcome.values))
+    if missing:
+        raise ReferenceMismatchError(
+            f"scenario {scenario.id!r}: check_python printed no value for {missing}"
+        )
+    return outcome.values
 
 
 def _values(scenario: Scenario, world: World, files: DatasetFiles) -> dict[str, Any]:
@@ -205,6 +237,10 @@ def _values(scenario: Scenario, world: World, files: DatasetFiles) -> dict[str, 
     sql_values = _run_check_sql(scenario, files)
     for spec in scenario.metrics:
         _compare(scenario, spec, values[spec.name], sql_values[spec.name])
+    if scenario.check_python:
+        printed = _run_check_python(scenario, files)
+        for spec in scenario.metrics:
+            _compare(scenario, spec, values[spec.name], printed[spec.name], "check_python")
     return {name: _canonical(values[name]) for name in sorted(values)}
 
 

@@ -169,6 +169,13 @@ class StoreSession(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def tables_read(self, sql: str) -> set[str] | None:
+        """The tables (or files) the engine's plan for `sql` reads, planned but not run; an
+        empty set when it reads none (a literal `SELECT`). None: this backend cannot tell.
+
+        Only called for statements `run_sql` has already accepted. Raises `QueryError`."""
+        return None
+
     def __enter__(self) -> StoreSession:
         return self
 

@@ -243,6 +243,34 @@ class SQLiteSession(StoreSession):
                 self._conn.close()
                 self._conn = None
 
+    def tables_read(self, sql: str) -> set[str]:
+        """Tables SQLite's authorizer sees read (SQLITE_READ) while preparing `sql`."""
+        with self._lock:
+            if self._conn is None:
+                raise StoreError("this SQLite session is closed; open a new one with connect()")
+            return sqlite_tables_read(self._conn, single_statement(sql), self._authorize)
+
+
+def sqlite_tables_read(
+    conn: sqlite3.Connection, statement: str, policy: Callable[..., int]
+) -> set[str]:
+    """Prepare (never run) `statement` under an authorizer that records every table read."""
+    read: set[str] = set()
+
+    def record(action: int, arg1: str | None, arg2: str | None, *rest: Any) -> int:
+        if action == sqlite3.SQLITE_READ and arg1 and not arg1.startswith("sqlite_"):
+            read.add(arg1)
+        return policy(action, arg1, arg2, *rest)
+
+    conn.set_authorizer(record)
+    try:
+        conn.execute(f"EXPLAIN {statement}").close()
+    except sqlite3.Error as exc:
+        raise QueryError(f"SQLite error: {exc}") from exc
+    finally:
+        conn.set_authorizer(policy)
+    return read
+
 
 def _canonical_rows(conn: sqlite3.Connection, table: str, columns: list[str]) -> Iterator[Any]:
     """Rows ordered by every column (binary collation, then storage class to split 1 from 1.0)."""

@@ -9,6 +9,7 @@ evidence. A failing sandbox raises `SandboxError` (infra_error: not the analyst'
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +20,7 @@ from pytest_backintel.sandbox.limits import Limits
 __all__ = [
     "PythonEvidenceError",
     "PythonEvidenceValues",
+    "metric_json",
     "parse_metric_json",
     "run_python_evidence",
 ]
@@ -43,25 +45,66 @@ class PythonEvidenceError:
     result: ExecResult
 
 
+MAX_DEPTH = 8
+"""Metric values nest at most this deep (an object of tables of rows is 3)."""
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number a metric may take")
 
 
-def _as_object(text: str) -> dict[str, Any] | None:
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large to be a number a metric may take")
+    return value
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of `[`/`{` in `text`, outside JSON strings (no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _as_object(text: str) -> tuple[dict[str, Any] | None, str]:
+    if (depth := _depth(text)) > MAX_DEPTH:
+        return None, f"the JSON nests {depth} levels deep; metric values nest at most {MAX_DEPTH}"
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+    except (ValueError, RecursionError) as exc:
+        return None, f"not valid JSON of metric values ({str(exc)[:200]})"
+    if not isinstance(value, dict):
+        return None, f"the JSON is a {type(value).__name__}, not an object of metric values"
+    return value, ""
+
+
+def metric_json(stdout: str) -> tuple[dict[str, Any] | None, str]:
+    """The JSON object on the last non-empty line of `stdout`, else the whole of it; or None
+    and the reason (not JSON, too deep, NaN or a number too large, not an object)."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        return None, "the program printed nothing"
+    last, why = _as_object(lines[-1])
+    if last is not None or len(lines) == 1:
+        return last, why
+    whole, _ = _as_object(stdout)
+    return (whole, "") if whole is not None else (None, why)
 
 
 def parse_metric_json(stdout: str) -> dict[str, Any] | None:
-    """The JSON object on the last non-empty line of `stdout`, else the whole of it, else None."""
-    lines = [line for line in stdout.splitlines() if line.strip()]
-    if not lines:
-        return None
-    last = _as_object(lines[-1])
-    return last if last is not None else _as_object(stdout)
+    """The JSON object of metric values in `stdout` (see `metric_json`), else None."""
+    return metric_json(stdout)[0]
 
 
 def run_python_evidence(
@@ -86,11 +129,11 @@ def run_python_evidence(
         return PythonEvidenceError(
             "truncated", "stdout was truncated, so its JSON cannot be read", result
         )
-    values = parse_metric_json(result.stdout)
+    values, why = metric_json(result.stdout)
     if values is None:
         return PythonEvidenceError(
             "no_json",
-            "stdout does not end with (or consist of) one JSON object of metric values",
+            f"stdout does not end with (or consist of) one JSON object of metric values: {why}",
             result,
         )
     return PythonEvidenceValues(values, result)

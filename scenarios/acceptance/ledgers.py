@@ -31,7 +31,18 @@ __all__ = ["complete_ledger", "missing_ledger", "partial_ledger", "zero_profit"]
 SALES_ACCOUNTS = ("product_sales", "product_sales", "product_sales", "shipping_income")
 EXPENSE_CATEGORIES = ("cogs", "freight", "marketing", "payroll", "rent", "payment_fees")
 VENDORS = ("Atlas Supply", "Rapido Freight", "Clicks&Co", "Staff payroll", "Lar Imoveis", "PayFast")
-EXPENSE_WORDS = ["expense", "expenses", "cost", "costs", "expenditure", "expenditures"]
+EXPENSE_WORDS = [
+    "expense",
+    "expenses",
+    "cost",
+    "costs",
+    "expenditure",
+    "expenditures",
+    "expense ledger",
+    "expense ledgers",
+    "ledger",
+    "ledgers",
+]
 
 
 @dataclass

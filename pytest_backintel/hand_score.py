@@ -1,0 +1,105 @@
+"""Scoring an answer given by hand exactly as a trial scores it (`backintel score`).
+
+The same bound store (a scenario's binding overrides `--store`), the same sandbox backend for
+Python evidence, the same statement limits, the same data probe and the same reference. Stores
+and probes are provisioned once per backend and dataset and reused for every answer scored by
+one `HandScorer`, so a test can score many answers cheaply.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_backintel.backends import StoreBackends, store_spec
+from pytest_backintel.contract import AnalystAnswer, Refusal
+from pytest_backintel.evidence import EvidenceResult, reexecute
+from pytest_backintel.item_python import evidence_runner
+from pytest_backintel.manifests import manifest_reference
+from pytest_backintel.probe import Probes
+from pytest_backintel.sandbox.base import SandboxProvider
+from pytest_backintel.sandbox.registry import create_provider
+from pytest_backintel.scenario import Scenario
+from pytest_backintel.scoring import TrialScore, score_answer
+from pytest_backintel.worlds import get_world
+from stores.base import DatasetFiles, ProvisionedStore
+
+__all__ = ["HandScorer"]
+
+
+class HandScorer:
+    """Scores answers for scenarios on `store` (the default backend spec) with `sandbox`."""
+
+    def __init__(self, data_dir: Path, store: str = "sqlite", sandbox: str | None = None) -> None:
+        self.data_dir = data_dir
+        self.default_store = store
+        self.sandbox_name = sandbox
+        self.backends = StoreBackends(lambda: data_dir)
+        self.probes = Probes(lambda: data_dir / "perturbed")
+        self._sandboxes: SandboxProvider | None = None
+        self._stores: dict[tuple[str, str], ProvisionedStore] = {}
+        self._files: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
+
+    def sandboxes(self) -> SandboxProvider:
+        if self._sandboxes is None:
+            workdir = self.data_dir / "sandbox" / f"score-{os.getpid()}"
+            provider = create_provider(self.sandbox_name, workdir)
+            provider.setup_session()
+            self._sandboxes = provider
+        return self._sandboxes
+
+    def dataset(self, scenario: Scenario) -> tuple[DatasetFiles, str]:
+        key = (scenario.dataset.world, scenario.dataset.snapshot)
+        if key not in self._files:
+            world = get_world(key[0])
+            files = world.ensure_built(self.data_dir, snapshot=key[1])
+            self._files[key] = (files, world.data_hash(files))
+        return self._files[key]
+
+    def _python(self, mount: Path | None) -> Any:
+        return evidence_runner(self.sandboxes)(mount)
+
+    def reference(self, scenario: Scenario, manifest: Path | None) -> Mapping[str, Any]:
+        if not scenario.answerable:
+            return {}
+        if manifest is not None:
+            return manifest_reference(manifest, scenario.id)
+        files, data_hash = self.dataset(scenario)
+        return get_world(scenario.dataset.world).reference(scenario, files, data_hash)
+
+    def store(self, scenario: Scenario) -> tuple[ProvisionedStore, str]:
+        """The scenario's store on its bound backend (provisioned once) and its SQL dialect."""
+        spec = store_spec(scenario, self.default_store)
+        backend = self.backends.get(spec)
+        files, _ = self.dataset(scenario)
+        key = (spec, str(files.parquet_dir))
+        if key not in self._stores:
+            self._stores[key] = backend.provision(files)
+        return self._stores[key], backend.dialect
+
+    def score(
+        self, scenario: Scenario, output: AnalystAnswer | Refusal, manifest: Path | None = None
+    ) -> tuple[TrialScore, list[EvidenceResult]]:
+        """Re-execute the evidence of `output` and score it against the reference."""
+        evidence: list[EvidenceResult] = []
+        if isinstance(output, AnalystAnswer):
+            spec = store_spec(scenario, self.default_store)
+            store, _ = self.store(scenario)
+            files, _ = self.dataset(scenario)
+            probes = self.probes.get(spec, self.backends.get(spec), files, self._python)
+            evidence = reexecute(output, scenario, store, self._python(store.mount_path), probes)
+        return score_answer(
+            scenario, output, evidence, self.reference(scenario, manifest)
+        ), evidence
+
+    def close(self) -> None:
+        stores, self._stores = self._stores, {}
+        for store in stores.values():
+            store.teardown()
+        self.probes.teardown()
+        self.backends.teardown()
+        if self._sandboxes is not None:
+            self._sandboxes.teardown_session()
+            self._sandboxes = None

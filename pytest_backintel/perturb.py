@@ -1,0 +1,202 @@
+"""A perturbed copy of a dataset: the same schema, other values, for checking that evidence
+reads the data.
+
+Evidence is re-run on this copy and must give what the evaluator's check query gives there: a
+program that returns literals (alone, or hidden in a query over a real table) keeps its values
+while the data moved. The copy keeps referential integrity, so a correct query still joins:
+
+- rows are dropped by a deterministic hash of entity keys (a table's first column when it is
+  id-like and unique), and every row referring to a dropped key is dropped with it, to a
+  fixpoint (an order dropped with its customer takes its items, payments and reviews along);
+  tables under `MIN_ROWS` rows keep every row;
+- every floating-point value is scaled by a factor between 1.0625 and 1.5 that varies from
+  row to row and column to column, so sums, means, ratios and price changes move.
+
+The copy is built once per source (under a file lock, renamed into place when complete) and
+provisioned through the same `Store` interface as the real copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+
+import polars as pl
+from filelock import FileLock
+
+from stores.base import DatasetFiles
+
+__all__ = ["MIN_ROWS", "PERTURB_VERSION", "perturb_dataset", "perturb_tables"]
+
+PERTURB_VERSION = 2
+"""Bumped whenever the transformation changes, so old copies are never reused."""
+MIN_ROWS = 4
+DROP_ONE_IN = 4
+_DONE = "perturbed.json"
+
+
+def _canonical(table: str, columns: list[str]) -> dict[str, str]:
+    """Column -> key name with a short table-wide prefix removed (`l_orderkey` -> `orderkey`)."""
+    prefixes = {c.split("_", 1)[0] for c in columns if "_" in c}
+    if len(prefixes) == 1 and len(next(iter(prefixes))) <= 2 and all("_" in c for c in columns):
+        return {c: c.split("_", 1)[1] for c in columns}
+    return {c: c for c in columns}
+
+
+def _id_like(name: str) -> bool:
+    return name.endswith(("_id", "key")) or name == "id"
+
+
+def _dropped(values: pl.Series, salt: int) -> pl.Series:
+    """The deterministic sample of key values that the copy drops (about one in four)."""
+    key = salt.to_bytes(4, "big")
+    digests = [
+        int.from_bytes(hashlib.blake2b(str(v).encode(), digest_size=4, key=key).digest(), "big")
+        for v in values.to_list()
+    ]
+    mask = pl.Series([d % DROP_ONE_IN == 0 for d in digests])
+    return values.filter(mask)
+
+
+def perturb_tables(tables: dict[str, pl.DataFrame], salt: int = 1) -> dict[str, pl.DataFrame]:
+    """The perturbed tables (see the module docstring); deterministic for the same input and
+    `salt` (each salt drops other rows and scales by other factors)."""
+    keys = {t: _canonical(t, df.columns) for t, df in tables.items()}
+    entity: dict[str, str] = {}  # key name -> the table it identifies
+    drops: dict[str, set[str]] = {}
+    for table, df in sorted(tables.items()):
+        first = df.columns[0] if df.columns else None
+        if first is None or not _id_like(keys[table][first]) or df.height < MIN_ROWS:
+            continue
+        if df[first].n_unique() != df.height or df[first].null_count():
+            continue
+        entity.setdefault(keys[table][first], table)
+        drops.setdefault(keys[table][first], set()).update(
+            str(v) for v in _dropped(df[first], salt).to_list()
+        )
+    conditions: dict[str, pl.Expr] = {}
+    changed = True
+    while changed:
+        changed = False
+        for table, df in sorted(tables.items()):
+            cond = pl.lit(False)
+            for col, key in keys[table].items():
+                if drops.get(key):
+                    cond = cond | pl.col(col).cast(pl.String).is_in(sorted(drops[key]))
+            conditions[table] = cond.fill_null(False)
+            first = df.columns[0] if df.columns else ""
+            if first and entity.get(keys[table][first]) == table:
+                gone = set(df.filter(conditions[table])[first].cast(pl.String).to_list())
+                if not gone <= drops[keys[table][first]]:
+                    drops[keys[table][first]] |= gone
+                    changed = True
+    out = {t: df.filter(~conditions[t]) for t, df in tables.items()}
+    n = 0
+    for table in sorted(out):
+        df = out[table]
+        scaled = []
+        for col, dtype in df.schema.items():
+            if dtype == pl.Float64:
+                n += 1
+                index = pl.int_range(pl.len(), dtype=pl.Int64)
+                step = (index * 2654435761 + n * 97 + salt * 7919) % 8 + 1
+                scaled.append((pl.col(col) * (1 + step / 16)).alias(col))
+        if scaled:
+            out[table] = df.with_columns(scaled)
+    return out
+
+
+def _perturb_parquet(src: Path, dst: Path, salt: int) -> dict[str, pl.DataFrame]:
+    tables = {p.stem: pl.read_parquet(p) for p in sorted(src.glob("*.parquet"))}
+    perturbed = perturb_tables(tables, salt)
+    dst.mkdir(parents=True)
+    for table, df in perturbed.items():
+        df.write_parquet(dst / f"{table}.parquet", statistics=False)
+    return perturbed
+
+
+def _perturb_sqlite(src: Path, dst: Path, tables: dict[str, pl.DataFrame]) -> None:
+    """The source database with each table's rows replaced (schema, keys and types kept)."""
+    shutil.copyfile(src, dst)
+    dst.chmod(0o644)
+    con = sqlite3.connect(dst)
+    try:
+        for table, frame in sorted(tables.items()):
+            df = frame.with_columns(pl.col(pl.Decimal).cast(pl.Float64))
+            quoted = '"' + table.replace('"', '""') + '"'
+            con.execute(f"DELETE FROM {quoted}")
+            marks = ", ".join("?" for _ in df.columns)
+            con.executemany(f"INSERT INTO {quoted} VALUES ({marks})", df.iter_rows())
+        con.commit()
+        con.execute("VACUUM")
+    finally:
+        con.close()
+
+
+def _source_id(files: DatasetFiles, salt: int) -> str:
+    parts = [str(PERTURB_VERSION), str(salt), files.name, str(files.parquet_dir.resolve())]
+    for path in sorted(files.parquet_dir.glob("*.parquet")):
+        stat = path.stat()
+        parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    for key, path in sorted(files.extra.items()):
+        parts.append(f"{key}={path}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _build(files: DatasetFiles, folder: Path, salt: int) -> None:
+    tables = _perturb_parquet(files.parquet_dir, folder / "parquet", salt)
+    if files.sqlite_path is not None:
+        _perturb_sqlite(files.sqlite_path, folder / "store.sqlite", tables)
+    for key, path in sorted(files.extra.items()):
+        kind, _, alias = key.partition(":")
+        if kind == "parquet":
+            _perturb_parquet(path, folder / f"parquet-{alias}", salt)
+    for key, path in sorted(files.extra.items()):
+        kind, _, alias = key.partition(":")
+        if kind == "sqlite":
+            comp = {p.stem: pl.read_parquet(p) for p in (folder / f"parquet-{alias}").glob("*")}
+            _perturb_sqlite(path, folder / f"sqlite-{alias}.sqlite", comp)
+    (folder / _DONE).write_text(json.dumps({"source": str(files.parquet_dir)}))
+
+
+def _files(files: DatasetFiles, folder: Path) -> DatasetFiles:
+    extra: dict[str, Path] = {}
+    for key, path in files.extra.items():
+        kind, _, alias = key.partition(":")
+        if kind == "parquet":
+            extra[key] = folder / f"parquet-{alias}"
+        elif kind == "sqlite":
+            extra[key] = folder / f"sqlite-{alias}.sqlite"
+        else:
+            extra[key] = path
+    return DatasetFiles(
+        name=files.name,
+        parquet_dir=folder / "parquet",
+        sqlite_path=folder / "store.sqlite" if files.sqlite_path is not None else None,
+        extra=extra,
+    )
+
+
+def perturb_dataset(files: DatasetFiles, cache_dir: Path, salt: int = 1) -> DatasetFiles:
+    """The perturbed copy of `files` under `cache_dir`, built on first use (xdist-safe)."""
+    final = cache_dir / f"{files.name}-{_source_id(files, salt)}"
+    if (final / _DONE).is_file():
+        return _files(files, final)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final) + ".lock"):
+        if not (final / _DONE).is_file():
+            if final.exists():
+                shutil.rmtree(final)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=cache_dir))
+            tmp.chmod(0o755)
+            try:
+                _build(files, tmp, salt)
+                tmp.rename(final)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+    return _files(files, final)

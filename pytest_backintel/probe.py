@@ -1,0 +1,122 @@
+"""The data probe: a perturbed copy of an item's dataset on the item's own backend, where
+evidence is run again and must give what the evaluator's check query gives there.
+
+One probe per backend spec and dataset, provisioned on first use and shared by the items of
+a process (evidence only ever reads it, through fresh read-only connections); torn down at
+the end of the session. The check query's values on the probe are computed once per scenario.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pytest_backintel.dialects import translate
+from pytest_backintel.perturb import perturb_dataset
+from pytest_backintel.scenario import Scenario
+from stores.base import DatasetFiles, ProvisionedStore, QueryError, Store, StoreError
+
+__all__ = ["DataProbe", "Probes", "PythonFactory"]
+
+PythonFactory = Callable[[Path | None], Callable[[str], Any] | None]
+"""Given a store's mount path, a runner for Python evidence over it (None: no sandbox)."""
+
+
+class DataProbe:
+    """A perturbed copy of one dataset on one backend, and the check values computed on it."""
+
+    def __init__(
+        self,
+        store: ProvisionedStore,
+        dialect: str,
+        python: Callable[[], Callable[[str], Any] | None] | None = None,
+    ) -> None:
+        self.store = store
+        self.dialect = dialect
+        self._python = python
+        self._checks: dict[tuple[str, int], tuple[dict[str, Any], str | None]] = {}
+
+    def python(self) -> Callable[[str], Any] | None:
+        """The Python evidence runner over the probe's mount, when the item has a sandbox."""
+        return self._python() if self._python is not None else None
+
+    def check(self, scenario: Scenario) -> tuple[dict[str, Any], str | None]:
+        """The evaluator's check values on the perturbed copy, or a reason they are unknown."""
+        from pytest_backintel.evidence import EVIDENCE_MAX_ROWS, values_from_result
+
+        key = (scenario.id, scenario.version)
+        if key not in self._checks:
+            if not scenario.check_sql:
+                self._checks[key] = ({}, "the scenario has no check query")
+            else:
+                kinds = {m.name: m.kind for m in scenario.metrics}
+                try:
+                    sql = translate(scenario.check_sql, self.dialect)
+                    with self.store.connect() as session:
+                        result = session.run_sql(sql, max_rows=EVIDENCE_MAX_ROWS)
+                    values, problems = values_from_result(result, list(kinds), kinds)
+                    error = "; ".join(f"{k}: {v}" for k, v in problems.items()) or None
+                except (QueryError, ValueError) as exc:
+                    values, error = {}, f"the check query failed on the probe: {exc}"
+                self._checks[key] = (values, error)
+        return self._checks[key]
+
+    def close(self) -> None:
+        self.store.teardown()
+
+
+SALTS = (1, 2)
+"""One probe per salt: two independently perturbed copies, so a value that one copy happens
+to leave unchanged (a rare count whose rows all survived) is still caught by the other."""
+
+
+class Probes:
+    """Probes by (backend spec, dataset folder), provisioned on first use."""
+
+    def __init__(self, cache_dir: Callable[[], Path]) -> None:
+        self.cache_dir = cache_dir
+        self._probes: dict[tuple[str, str], list[DataProbe]] = {}
+
+    def get(
+        self,
+        spec: str,
+        backend: Store,
+        files: DatasetFiles,
+        python: PythonFactory | None = None,
+    ) -> list[DataProbe]:
+        key = (spec, str(files.parquet_dir))
+        if key not in self._probes:
+            probes = []
+            for salt in SALTS:
+                try:
+                    perturbed = perturb_dataset(files, self.cache_dir(), salt)
+                except (OSError, ValueError, sqlite3.Error, pl.exceptions.PolarsError) as exc:
+                    why = f"could not build the data probe of {files.name!r}: {exc}"
+                    raise StoreError(why) from exc
+                store = backend.provision(perturbed)
+                runner = _once(partial(python, store.mount_path)) if python is not None else None
+                probes.append(DataProbe(store, backend.dialect, runner))
+            self._probes[key] = probes
+        return self._probes[key]
+
+    def teardown(self) -> None:
+        probes, self._probes = self._probes, {}
+        for group in probes.values():
+            for probe in group:
+                probe.close()
+
+
+def _once(make: Callable[[], Any]) -> Callable[[], Any]:
+    cache: list[Any] = []
+
+    def get() -> Any:
+        if not cache:
+            cache.append(make())
+        return cache[0]
+
+    return get
