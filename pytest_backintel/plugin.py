@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from pytest_backintel.backends import check_stores
 from pytest_backintel.collect import ScenarioFile, ScenarioItem, is_scenario_file
 from pytest_backintel.html_report import HtmlReport, header_lines, summary_lines
 from pytest_backintel.item_python import ItemPython
@@ -72,6 +73,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Fil
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    check_stores(items, config.stash[SESSION_KEY].options.store)
     config.stash[SESSION_KEY].prepare_items(items)
 
 

@@ -7,6 +7,7 @@ import importlib.util
 import os
 from collections import Counter
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,8 @@ from pytest_backintel.sandbox.registry import (
 )
 from pytest_backintel.scenario import Scenario, Split
 from pytest_backintel.trial import run_trial
-from pytest_backintel.worlds import data_dir, get_world
+from pytest_backintel.user_data import user_source, world_for
+from pytest_backintel.worlds import data_dir
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
 if TYPE_CHECKING:
@@ -101,7 +103,11 @@ class BenchSession:
 
     def store_for(self, scenario: Scenario) -> Store:
         """The backend the scenario runs on (`--store`, or the one its binding needs)."""
-        return self.backends.get(store_spec(scenario, self.options.store))
+        spec = store_spec(scenario, self.options.store)
+        source = user_source(scenario.dataset)
+        if source is not None:
+            return self.backends.get_bound(spec, source.key, partial(source.make_store, spec))
+        return self.backends.get(spec)
 
     @property
     def sandboxes(self) -> SandboxProvider:
@@ -138,14 +144,14 @@ class BenchSession:
         """The built files of a scenario's world and their data hash (built once, locked)."""
         key = (scenario.dataset.world, scenario.dataset.snapshot)
         if key not in self._worlds:
-            world = get_world(key[0])
+            world = world_for(scenario.dataset)
             files = world.ensure_built(self.data_dir, snapshot=key[1])
             self._worlds[key] = (files, world.data_hash(files))
         return self._worlds[key]
 
     def verify_data(self, scenario: Scenario) -> list[str]:
         """Problems with the scenario's pinned data files (acceptance fixtures), if any."""
-        world = get_world(scenario.dataset.world)
+        world = world_for(scenario.dataset)
         return world.verify(self.data_dir, scenario.dataset.snapshot)
 
     def reference(self, item: ScenarioItem) -> Mapping[str, Any]:
@@ -153,7 +159,7 @@ class BenchSession:
         if item.manifest is not None:
             return manifest_reference(item.manifest, item.scenario.id)
         files, data_hash = self.dataset(item.scenario)
-        return get_world(item.scenario.dataset.world).reference(item.scenario, files, data_hash)
+        return world_for(item.scenario.dataset).reference(item.scenario, files, data_hash)
 
     # -- terminal ---------------------------------------------------------------------------
     def sandbox_description(self) -> dict[str, Any]:
