@@ -52,7 +52,7 @@ from pytest_backintel.sandbox.registry import (
 )
 from pytest_backintel.scenario import Scenario, Split
 from pytest_backintel.trial import run_trial
-from pytest_backintel.user_data import user_source, world_for
+from pytest_backintel.user_data import check_name, user_source, world_for
 from pytest_backintel.worlds import data_dir
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
@@ -143,6 +143,8 @@ class BenchSession:
     def dataset(self, scenario: Scenario) -> tuple[DatasetFiles, str]:
         """The built files of a scenario's world and their data hash (built once, locked)."""
         key = (scenario.dataset.world, scenario.dataset.snapshot)
+        if (source := user_source(scenario.dataset)) is not None:
+            check_name(self.__dict__.setdefault("_source_names", {}), source)
         if key not in self._worlds:
             world = world_for(scenario.dataset)
             files = world.ensure_built(self.data_dir, snapshot=key[1])

@@ -29,6 +29,7 @@ __all__ = [
     "NATIVE",
     "UserSource",
     "binding_problem",
+    "check_name",
     "check_source",
     "resolve_dsn",
     "source_store_spec",
@@ -212,23 +213,25 @@ class UserSource:
 
 
 _SOURCES: dict[str, UserSource] = {}
-_LABELS: dict[str, str] = {}
 
 
 def user_source(binding: DatasetBinding) -> UserSource | None:
     """The source a binding names (one object per source in this process), or None for a
-    registered world. Two sources under one report name are an error."""
+    registered world."""
     if binding.source_kind is None:
         return None
     source = UserSource(binding)
-    known = _SOURCES.setdefault(source.key, source)
-    other = _LABELS.setdefault(known.name, known.key)
-    if other != known.key:
+    return _SOURCES.setdefault(source.key, source)
+
+
+def check_name(names: dict[str, str], source: UserSource) -> None:
+    """Two sources under one report name (`dataset.world`) in one run are an error."""
+    other = names.setdefault(source.name, source.key)
+    if other != source.key:
         raise StoreError(
-            f"two sources are both named {known.name!r} ({other} and {known.key}); give one "
+            f"two sources are both named {source.name!r} ({other} and {source.key}); give one "
             "of them its own name with `dataset.world`"
         )
-    return known
 
 
 def world_for(binding: DatasetBinding) -> World:
