@@ -350,3 +350,18 @@ def test_a_store_that_cannot_serve_the_source_losslessly_is_one_usage_error(
     assert result.returncode == pytest.ExitCode.USAGE_ERROR
     assert result.stderr.count("ERROR:") == 1
     assert result.stderr.count("cannot run on --store duckdb without changing its types") == 5
+
+
+def test_a_package_of_yours_that_shadows_an_installed_one_is_named(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\npythonpath = .\n")
+    pytester.mkpydir("analyst")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*{pytester.path / 'analyst'} shadows the package 'analyst' that backintel-bench*"]
+    )
+    assert "rename your 'analyst'" in result.stderr.str()
+    (pytester.path / "analyst" / "__init__.py").unlink()  # a plain folder shadows nothing
+    assert pytester.runpytest_subprocess().ret == pytest.ExitCode.NO_TESTS_COLLECTED
