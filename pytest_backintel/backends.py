@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.user_data import binding_problem, source_store_spec
+from pytest_backintel.user_data import binding_problem, source_store_spec, user_source
 from stores.base import Store
 from stores.registry import UnknownStoreError, available_stores, load_store_class
 
-__all__ = ["StoreBackends", "check_stores", "store_spec"]
+__all__ = ["StoreBackends", "bound_store", "check_stores", "store_spec"]
 
 
 def store_spec(scenario: Scenario, default: str) -> str:
@@ -28,6 +28,16 @@ def store_spec(scenario: Scenario, default: str) -> str:
     if scenario.dataset.source_kind is not None:
         return source_store_spec(scenario.dataset, default)
     return scenario.dataset.store or default
+
+
+def bound_store(scenario: Scenario, default: str, workdir: Path) -> Store:
+    """A backend (not yet set up) for one scenario outside a session, e.g. `backintel score`:
+    its source's own store for data of your own, else the registered backend."""
+    spec = store_spec(scenario, default)
+    source = user_source(scenario.dataset)
+    if source is not None:
+        return source.make_store(spec, workdir)
+    return load_store_class(spec)(workdir)
 
 
 def check_stores(items: Sequence[pytest.Item], default: str) -> None:

@@ -16,7 +16,12 @@ from pydantic import ValidationError
 
 from pytest_backintel.contract import AnalystAnswer, parse_answer
 from pytest_backintel.evidence import reexecute
-from pytest_backintel.loading import SCHEMA_PATH, find_scenarios, render_json_schema
+from pytest_backintel.loading import (
+    SCHEMA_PATH,
+    find_scenarios,
+    load_scenario_file,
+    render_json_schema,
+)
 from pytest_backintel.manifests import find_manifest_case, manifest_reference
 from pytest_backintel.worlds import data_dir, get_world
 
@@ -81,10 +86,14 @@ def _data_build(args: argparse.Namespace) -> int:
 
 def _score(args: argparse.Namespace) -> int:
     """Score one hand-written answer against one scenario, as a trial would."""
+    from pytest_backintel.backends import bound_store
     from pytest_backintel.scoring import score_answer
-    from stores.registry import load_store_class
+    from pytest_backintel.user_data import world_for
 
-    scenarios = find_scenarios()
+    scenarios = find_scenarios() if args.scenario is None else {}
+    if args.scenario is not None:
+        scenario = load_scenario_file(Path(args.scenario))
+        scenarios, args.case = {scenario.id: (Path(args.scenario), scenario)}, scenario.id
     manifest_case = None if args.case in scenarios else find_manifest_case(ROOT, args.case)
     if args.case in scenarios:
         scenario = scenarios[args.case][1]
@@ -100,10 +109,10 @@ def _score(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"{args.answer}: not a contract answer:\n{exc}", file=sys.stderr)
         return 2
-    world = get_world(scenario.dataset.world)
+    world = world_for(scenario.dataset)
     files = world.ensure_built(data_dir(Path.cwd()), snapshot=scenario.dataset.snapshot)
     with tempfile.TemporaryDirectory() as tmp:
-        backend = load_store_class(args.store)(Path(tmp))
+        backend = bound_store(scenario, args.store, Path(tmp))
         backend.setup_session()
         store = backend.provision(files)
         try:
@@ -158,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshot", default="base", help="a named snapshot (e.g. tpch: sf1)")
     p.set_defaults(func=_data_build)
     p = sub.add_parser("score", help="score one answer (JSON) for one case")
-    p.add_argument("--case", required=True, help="scenario id")
+    case = p.add_mutually_exclusive_group(required=True)
+    case.add_argument("--case", help="scenario id")
+    case.add_argument("--scenario", help="a scenario file (e.g. one of your own)")
     p.add_argument("--store", default="sqlite", help="store backend to re-execute evidence on")
     p.add_argument("answer", help="the answer's JSON file")
     p.set_defaults(func=_score)

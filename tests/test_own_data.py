@@ -365,3 +365,34 @@ def test_a_package_of_yours_that_shadows_an_installed_one_is_named(
     assert "rename your 'analyst'" in result.stderr.str()
     (pytester.path / "analyst" / "__init__.py").unlink()  # a plain folder shadows nothing
     assert pytester.runpytest_subprocess().ret == pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def test_score_one_answer_for_a_scenario_file_of_your_own(tmp_path: Path) -> None:
+    folder = project(tmp_path)
+    assert backintel(folder, "references", "build").returncode == 0
+    sql = "SELECT SUM(amount_eur) AS delivered_revenue FROM orders WHERE status = 'delivered'"
+
+    def answer(value: float) -> str:
+        path = folder / f"answer-{value}.json"
+        path.write_text(
+            json.dumps(
+                {
+                    "status": "answered",
+                    "metrics": [{"name": "delivered_revenue", "value": value, "unit": "EUR"}],
+                    "evidence": [
+                        {"id": "e1", "kind": "sql", "code": sql, "metrics": ["delivered_revenue"]}
+                    ],
+                    "method": "summed the delivered orders",
+                    "caveats": [],
+                }
+            )
+        )
+        return str(path)
+
+    scenario = "scenarios/delivered-revenue.scenario.yaml"
+    right = backintel(folder, "score", "--scenario", scenario, answer(126.0))
+    assert right.returncode == 0, right.stdout + right.stderr
+    assert json.loads(right.stdout)["outcome"] == "pass"
+    wrong = backintel(folder, "score", "--scenario", scenario, answer(126.01))
+    assert wrong.returncode == 1
+    assert json.loads(wrong.stdout)["outcome"] in {"wrong_value", "unsupported_evidence"}
