@@ -34,7 +34,9 @@ COMMANDS_GROUP = "backintel.commands"
 
 def _schema(args: argparse.Namespace) -> int:
     text = render_json_schema()
-    target = SCHEMA_PATH
+    # the checkout's own copy when run inside it; never into an installed package
+    target = SCHEMA_PATH if SCHEMA_PATH.is_relative_to(Path.cwd().resolve()) else None
+    target = target or Path(SCHEMA_PATH.name)
     if args.out is not None:
         target = Path(args.out)
         target = target / SCHEMA_PATH.name if target.is_dir() else target
@@ -149,7 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("schema", help="write the scenario JSON Schema generated from the model")
     p.add_argument("--check", action="store_true", help="fail if the written schema differs")
-    p.add_argument("--out", help="file or folder to write it to (e.g. your repository)")
+    p.add_argument(
+        "--out",
+        help="file or folder to write it to (default: the checkout's own "
+        "scenarios/scenario.schema.json, else ./scenario.schema.json)",
+    )
     p.set_defaults(func=_schema)
     p = sub.add_parser("validate", help="validate scenario files and folders (default: .)")
     p.add_argument("paths", nargs="*")
