@@ -22,7 +22,7 @@ from pytest_backintel.dialects import translate
 from pytest_backintel.loading import ScenarioFileError, check_world, line_of, load_scenario_file
 from pytest_backintel.lockfile import LockError, reference_for
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.user_data import NATIVE, UserSource, user_source
+from pytest_backintel.user_data import NATIVE, UserSource, closest, user_source
 from stores.base import ProvisionedStore, Store
 from stores.registry import available_stores
 
@@ -77,9 +77,10 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
     store = scenario.dataset.store
     if store is not None and store.split(":", 1)[0] not in available_stores():
         line = line_of(path, ("dataset", "store"))
+        name = store.split(":", 1)[0]
         found.append(
-            f"{path}:{line}: dataset.store: unknown store backend {store.split(':', 1)[0]!r}; "
-            f"available: {', '.join(available_stores())}"
+            f"{path}:{line}: dataset.store: unknown store backend {name!r}."
+            f"{closest(name, available_stores())} Available: {', '.join(available_stores())}"
         )
     broken: set[tuple[str, ...]] = set()
     for loc, sql in _queries(scenario):

@@ -179,11 +179,21 @@ def write_parquet(folder: Path) -> None:
     pq.write_table(customers, folder / "customers.parquet")
 
 
-@pytest.mark.parametrize("kind", ["parquet", "duckdb", "csv"])
+TYPES = {
+    "sqlite": {"ordered_on": ("DATE", False), "amount_eur": ("NUMERIC(10, 2)", False)},
+    "duckdb": {"ordered_on": ("DATE", False), "amount_eur": ("DECIMAL(10,2)", False)},
+    "parquet": {"ordered_on": ("DATE", True), "amount_eur": ("DECIMAL(10,2)", True)},
+    "csv": {"ordered_on": ("DATE", True), "amount_eur": ("DOUBLE", True)},
+}
+"""What the analyst's `describe_table("orders")` shows: the source's own types (and NOT NULL
+where the format has constraints; a Parquet or CSV folder is read through views)."""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "parquet", "duckdb", "csv"])
 def test_the_tutorial_on_a_folder_or_file_of_your_own(tmp_path: Path, kind: str) -> None:
     exports = tmp_path / "exports"
     write_parquet(exports)
-    binding = {"parquet": "{parquet: ../exports}"}.get(kind, "")
+    binding = {"parquet": "{parquet: ../exports}"}.get(kind, "{sqlite: ../shop.sqlite}")
     if kind == "duckdb":
         import duckdb
 
@@ -225,9 +235,8 @@ def test_the_tutorial_on_a_folder_or_file_of_your_own(tmp_path: Path, kind: str)
     item = store.provision(files)
     try:
         with item.connect() as session:
-            cols = {c.name: c.type for c in session.describe_table("orders").columns}
-        assert cols["ordered_on"] == "DATE"
-        assert cols["amount_eur"] == ("DOUBLE" if kind == "csv" else "DECIMAL(10,2)")
+            cols = {c.name: (c.type, c.nullable) for c in session.describe_table("orders").columns}
+        assert {c: cols[c] for c in TYPES[kind]} == TYPES[kind]
     finally:
         item.teardown()
         store.teardown_session()
@@ -309,6 +318,11 @@ def test_validate_reports_duplicate_unknown_world_and_bad_sql_with_lines(
             "dataset: {sqlite: ../shop.sqlite}", "dataset: {world: olsit}"
         )
     )
+    (scenarios / "store.scenario.yaml").write_text(
+        text.replace("id: delivered-orders", "id: on-a-store").replace(
+            "dataset: {sqlite: ../shop.sqlite}", "dataset: {world: olist, store: sqllite}"
+        )
+    )
     revenue = scenarios / "delivered-revenue.scenario.yaml"
     revenue.write_text(revenue.read_text().replace("SELECT ROUND(", "SELECT ROUND(("))
     (scenarios / "typo.scenario.yaml").write_text(
@@ -324,6 +338,9 @@ def test_validate_reports_duplicate_unknown_world_and_bad_sql_with_lines(
     assert f"{scenarios}/world.scenario.yaml:5: dataset.world: unknown world 'olsit'" in err
     assert re.search(rf"{revenue}:13: reference.sql: does not parse as SQL", err), err
     assert f"{scenarios}/typo.scenario.yaml:8: famly: unknown field" in err
+    assert (
+        f"{scenarios}/store.scenario.yaml:5: dataset.store: unknown store backend 'sqllite'" in err
+    )
     # a query that parses but does not run on the bound store, and a stale reference
     count = scenarios / "canceled-share.scenario.yaml"
     count.write_text(count.read_text().replace("FROM orders", "FROM order_lines"))
