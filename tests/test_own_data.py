@@ -413,3 +413,22 @@ def test_score_one_answer_for_a_scenario_file_of_your_own(tmp_path: Path) -> Non
     wrong = backintel(folder, "score", "--scenario", scenario, answer(126.01))
     assert wrong.returncode == 1
     assert json.loads(wrong.stdout)["outcome"] in {"wrong_value", "unsupported_evidence"}
+
+
+def test_the_shipped_benchmark_runs_from_another_repository(tmp_path: Path) -> None:
+    """`--pyargs scenarios` collects the installed suites, manifests included, and runs them
+    with data and records under this folder."""
+    run = subprocess.run(
+        [str(BIN / "pytest"), "--pyargs", "scenarios", "-m", "regression", "-p", "no:xdist"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(r"\b\d+ passed\b", run.stdout)
+    records = next((tmp_path / "results").glob("*/records.jsonl")).read_text().splitlines()
+    nodeids = {json.loads(r)["nodeid"] for r in records}
+    assert any("original-regression.json" in n for n in nodeids), nodeids
+    assert (tmp_path / "data" / "worlds").is_dir()
