@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
+import pytest
+import yaml
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "own-data.md"
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 BIN = Path(sys.executable).parent
@@ -126,6 +130,9 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     }
     assert (project / "results" / "mine" / "scorecard.md").exists()
     schema = json.loads((project / "scenario.schema.json").read_text())
-    assert "sqlite" in schema["$defs"]["DatasetBinding"]["properties"]
+    for path in sorted((project / "scenarios").glob("*.scenario.yaml")):
+        jsonschema.validate(yaml.safe_load(path.read_text()), schema)  # what an editor checks
+    with pytest.raises(jsonschema.ValidationError, match="famly"):
+        jsonschema.validate({**yaml.safe_load(path.read_text()), "famly": "x"}, schema)
     assert (project / "data" / "stores").is_dir()  # built stores live in the project
     assert installed_tree() == before, "something was written into the installed package"
