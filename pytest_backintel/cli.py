@@ -56,7 +56,7 @@ def _schema(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from pytest_backintel.validate import validate_paths
 
-    problems = validate_paths([Path(p) for p in args.paths or ["."]])
+    problems = validate_paths([Path(p) for p in args.paths or ["."]], world_queries=args.worlds)
     for line in problems:
         print(line, file=sys.stderr)
     if problems:
@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_schema)
     p = sub.add_parser("validate", help="validate scenario files and folders (default: .)")
     p.add_argument("paths", nargs="*")
+    p.add_argument(
+        "--world-queries", dest="worlds", action="store_true", help="run check queries on worlds"
+    )
     p.set_defaults(func=_validate)
     refs = sub.add_parser("references", help="references of your own suites").add_subparsers(
         dest="refs_cmd", required=True

@@ -5,7 +5,8 @@ Reported: schema errors (unknown fields, wrong types), duplicate ids, unknown wo
 backends, missing sources, check queries (and reference queries) that do not parse in the
 SQLite dialect (sqlglot), and, for sources of your own, queries that do not run on a copy of
 the bound source and answerable scenarios whose reference is missing from, or stale in, the
-lock file.
+lock file. With `--world-queries`, queries of scenarios bound to registered worlds are run on
+those worlds too (each world's data is built first).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from pytest_backintel.dialects import translate
 from pytest_backintel.loading import ScenarioFileError, check_world, line_of, load_scenario_file
 from pytest_backintel.lockfile import LockError, reference_for
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.user_data import NATIVE, UserSource, closest, user_source
+from pytest_backintel.user_data import DEFAULT_STORE, NATIVE, UserSource, closest, user_source
+from pytest_backintel.worlds import data_dir, get_world
 from stores.base import ProvisionedStore, Store
 from stores.registry import available_stores
 
@@ -44,11 +46,30 @@ def scenario_paths(paths: list[Path]) -> Iterator[Path]:
 
 
 class _Copies:
-    """One pristine copy per source, shared by the scenarios bound to it."""
+    """One pristine copy per source (or world and backend), shared by its scenarios."""
 
-    def __init__(self, stack: ExitStack) -> None:
+    def __init__(self, stack: ExitStack, worlds: bool) -> None:
         self._stack = stack
+        self.worlds = worlds
         self._items: dict[str, tuple[Store, ProvisionedStore, str]] = {}
+
+    def world(self, scenario: Scenario) -> tuple[Store, ProvisionedStore]:
+        """A copy of the scenario's registered world on the backend it binds (else sqlite)."""
+        from pytest_backintel.backends import bound_store, store_spec
+
+        binding = scenario.dataset
+        key = f"{binding.world}/{binding.snapshot}@{store_spec(scenario, DEFAULT_STORE)}"
+        if key not in self._items:
+            world = get_world(binding.world)
+            files = world.ensure_built(data_dir(Path.cwd()), snapshot=binding.snapshot)
+            tmp = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
+            store = bound_store(scenario, DEFAULT_STORE, tmp)
+            store.setup_session()
+            self._stack.callback(store.teardown_session)
+            item = store.provision(files)
+            self._stack.callback(item.teardown)
+            self._items[key] = (store, item, "")
+        return self._items[key][:2]
 
     def get(self, source: UserSource) -> tuple[Store, ProvisionedStore, str]:
         if source.key not in self._items:
@@ -95,13 +116,19 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
                 f"{path}:{line_of(path, loc)}: {'.'.join(loc)}: does not parse as SQL{at}: {detail}"
             )
     source = user_source(scenario.dataset)
-    if source is None:
+    if source is None and not copies.worlds:
         return found
+    where = ("dataset", source.kind if source else "world")
     try:
-        backend, item, data_hash = copies.get(source)
+        if source is None:
+            backend, item = copies.world(scenario)
+            data_hash, what = "", f"world {scenario.dataset.world}"
+        else:
+            backend, item, data_hash = copies.get(source)
+            what = f"{source.kind} source"
     except Exception as exc:
-        line = line_of(path, ("dataset", source.kind))
-        return [*found, f"{path}:{line}: dataset.{source.kind}: cannot copy the source: {exc}"]
+        line = line_of(path, where)
+        return [*found, f"{path}:{line}: {'.'.join(where)}: cannot provision the data: {exc}"]
     for loc, sql in _queries(scenario):
         if loc in broken:
             continue
@@ -111,9 +138,9 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
         except Exception as exc:
             found.append(
                 f"{path}:{line_of(path, loc)}: {'.'.join(loc)}: does not run on the bound "
-                f"{source.kind} source ({backend.name}): {exc}"
+                f"{what} ({backend.name}): {exc}"
             )
-    if scenario.answerable:
+    if scenario.answerable and source is not None:
         try:
             reference_for(scenario, data_hash)
         except LockError as exc:
@@ -122,12 +149,14 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
     return found
 
 
-def validate_paths(paths: list[Path]) -> list[str]:
-    """Every problem found, `file:line: field: what is wrong`, in file order."""
+def validate_paths(paths: list[Path], *, world_queries: bool = False) -> list[str]:
+    """Every problem found, `file:line: field: what is wrong`, in file order. With
+    `world_queries`, check queries of scenarios bound to registered worlds run on them too
+    (building each world's data first, under `data_dir`)."""
     problems: list[str] = []
     ids: dict[str, tuple[Path, int]] = {}
     with ExitStack() as stack:
-        copies = _Copies(stack)
+        copies = _Copies(stack, world_queries)
         for path in scenario_paths(paths):
             if not path.is_file():
                 problems.append(f"{path}:1: no such file")

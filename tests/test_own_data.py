@@ -432,3 +432,24 @@ def test_the_shipped_benchmark_runs_from_another_repository(tmp_path: Path) -> N
     nodeids = {json.loads(r)["nodeid"] for r in records}
     assert any("original-regression.json" in n for n in nodeids), nodeids
     assert (tmp_path / "data" / "worlds").is_dir()
+
+
+def test_validate_runs_check_queries_on_a_registered_world_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shipped = Path(__file__).resolve().parents[1] / "scenarios" / "definitions" / "level1"
+    good = shipped / "l1-delivered-orders.scenario.yaml"
+    bad = tmp_path / "bad.scenario.yaml"
+    bad.write_text(
+        good.read_text()
+        .replace("id: l1-delivered-orders", "id: l1-bad")
+        .replace("FROM orders", "FROM order_lines")
+    )
+    assert main(["validate", str(bad)]) == 0  # parses; the world is not built unless asked
+    assert main(["validate", "--world-queries", str(good)]) == 0
+    assert main(["validate", "--world-queries", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert re.search(
+        rf"{bad}:\d+: check_sql: does not run on the bound world olist \(sqlite\): .*order_lines",
+        err,
+    ), err
