@@ -154,7 +154,7 @@ class UserSource:
         if problem := binding_problem(self.binding, spec):
             raise StoreError(problem)
         if self.kind == "postgres":
-            from stores.postgres import PostgresCloneStore
+            from stores.postgres_clone import PostgresCloneStore
 
             return PostgresCloneStore(workdir, self._location())
         if self.kind == "duckdb":

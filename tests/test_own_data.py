@@ -115,7 +115,7 @@ def test_the_tutorial_on_an_existing_postgres_database(tmp_path: Path, shop_post
         scenario = load_scenario_file(folder / "scenarios" / "delivered-orders.scenario.yaml")
         source = user_source(scenario.dataset)
         assert source is not None
-        from stores.postgres import PostgresCloneStore
+        from stores.postgres_clone import PostgresCloneStore
 
         clone = PostgresCloneStore(tmp_path / "w", shop_postgres)
         before = clone.source_fingerprint()
