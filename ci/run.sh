@@ -34,7 +34,8 @@ uv run ruff format --check .
 uv run mypy
 uv run lint-imports
 uv run backintel schema --check
-uv run backintel references build --check
+uv run backintel references benchmark --check
+uv run backintel validate scenarios/definitions
 
 step "README: tests"
 uv run pytest tests -n 2

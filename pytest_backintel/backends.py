@@ -7,23 +7,73 @@ binds `lake-parquet`).
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from pytest_backintel.scenario import Scenario
+from pytest_backintel.user_data import binding_problem, source_store_spec, user_source
 from stores.base import Store
-from stores.registry import UnknownStoreError, load_store_class
+from stores.registry import UnknownStoreError, available_stores, load_store_class
 
-__all__ = ["StoreBackends", "store_spec"]
+__all__ = ["StoreBackends", "bound_store", "check_stores", "store_spec"]
 
 
 def store_spec(scenario: Scenario, default: str) -> str:
-    """The backend spec a scenario runs on."""
+    """The backend spec a scenario runs on (a source of your own: see `user_data`)."""
+    if scenario.dataset.source_kind is not None:
+        return source_store_spec(scenario.dataset, default)
     return scenario.dataset.store or default
+
+
+def backend_for(backends: StoreBackends, scenario: Scenario, default: str) -> Store:
+    """The set-up backend `scenario` runs on (`default` unless it binds one): for data of your
+    own, the store its source makes."""
+    spec = store_spec(scenario, default)
+    source = user_source(scenario.dataset)
+    if source is not None:
+        return backends.get_bound(spec, source.key, partial(source.make_store, spec))
+    return backends.get(spec)
+
+
+def bound_store(scenario: Scenario, default: str, workdir: Path) -> Store:
+    """A backend (not yet set up) for one scenario outside a session, e.g. `backintel score`:
+    its source's own store for data of your own, else the registered backend."""
+    spec = store_spec(scenario, default)
+    source = user_source(scenario.dataset)
+    if source is not None:
+        return source.make_store(spec, workdir)
+    return load_store_class(spec)(workdir)
+
+
+def check_stores(items: Sequence[pytest.Item], default: str) -> None:
+    """One usage error for an unknown `--store` (closest match) or for sources of your own
+    that `--store` cannot serve losslessly, before any item runs."""
+    name = default.split(":", 1)[0]
+    known = available_stores()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise pytest.UsageError(
+            f"--store {default!r}: unknown store backend {name!r}.{hint} "
+            f"Available: {', '.join(known)}."
+        )
+    problems: dict[str, str] = {}
+    for item in items:
+        scenario: Scenario | None = getattr(item, "scenario", None)
+        if scenario is None or scenario.dataset.source_kind is None:
+            continue
+        problem = binding_problem(scenario.dataset, store_spec(scenario, default))
+        if problem is not None:
+            problems.setdefault(str(item.path), problem)
+    if problems:
+        lines = [f"{path}: {problem}" for path, problem in sorted(problems.items())]
+        raise pytest.UsageError("\n".join(lines))
 
 
 class StoreBackends:
@@ -44,6 +94,16 @@ class StoreBackends:
             store.setup_session()
             self._stores[spec] = store
         return self._stores[spec]
+
+    def get_bound(self, spec: str, source: str, make: Callable[[Path], Store]) -> Store:
+        """The backend `spec` serving one source of your own (`make(workdir)` builds it)."""
+        key = f"{spec}@{source}"
+        if key not in self._stores:
+            folder = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)[-80:]
+            store = make(self._data_dir() / "stores" / folder / f"{os.getpid()}")
+            store.setup_session()
+            self._stores[key] = store
+        return self._stores[key]
 
     def teardown(self) -> None:
         stores, self._stores = self._stores, {}

@@ -16,8 +16,6 @@ from pytest_backintel.cleanup import register as register_clean
 from pytest_backintel.contract import parse_answer
 from pytest_backintel.loading import (
     SCHEMA_PATH,
-    ScenarioFileError,
-    check_world,
     find_scenarios,
     load_scenario_file,
     render_json_schema,
@@ -34,27 +32,49 @@ COMMANDS_GROUP = "backintel.commands"
 
 def _schema(args: argparse.Namespace) -> int:
     text = render_json_schema()
+    # the checkout's own copy when run inside it; never into an installed package
+    target = SCHEMA_PATH if SCHEMA_PATH.is_relative_to(Path.cwd().resolve()) else None
+    target = target or Path(SCHEMA_PATH.name)
+    if args.out is not None:
+        target = Path(args.out)
+        target = target / SCHEMA_PATH.name if target.is_dir() else target
     if args.check:
-        current = SCHEMA_PATH.read_text() if SCHEMA_PATH.exists() else ""
+        current = target.read_text() if target.exists() else ""
         if current != text:
-            print(f"{SCHEMA_PATH} is out of date: run `backintel schema`", file=sys.stderr)
+            print(f"{target} is out of date: run `backintel schema`", file=sys.stderr)
             return 1
-        print(f"{SCHEMA_PATH} is up to date")
+        print(f"{target} is up to date")
         return 0
-    SCHEMA_PATH.write_text(text)
-    print(f"wrote {SCHEMA_PATH}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    print(f"wrote {target}")
     return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
-    bad = 0
-    for name in args.files:
-        try:
-            check_world(Path(name), load_scenario_file(Path(name)))
-        except ScenarioFileError as exc:
-            print(exc, file=sys.stderr)
-            bad += 1
-    return 1 if bad else 0
+    from pytest_backintel.validate import validate_paths
+
+    problems = validate_paths([Path(p) for p in args.paths or ["."]], world_queries=args.worlds)
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} problem(s)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _references_build(args: argparse.Namespace) -> int:
+    from pytest_backintel.references import build_locks
+
+    done, problems = build_locks(
+        [Path(p) for p in args.paths or ["."]], check=args.check, root=Path.cwd()
+    )
+    for line in done:
+        print(line)
+    for line in problems:
+        print(f"backintel references build: {line}", file=sys.stderr)
+    if not done and not problems:
+        print("no answerable scenarios bound to data of your own were found")
+    return 1 if problems else 0
 
 
 def _data_build(args: argparse.Namespace) -> int:
@@ -71,7 +91,10 @@ def _score(args: argparse.Namespace) -> int:
     from pytest_backintel.backends import store_spec
     from pytest_backintel.hand_score import HandScorer
 
-    scenarios = find_scenarios()
+    scenarios = find_scenarios() if args.scenario is None else {}
+    if args.scenario is not None:
+        scenario = load_scenario_file(Path(args.scenario))
+        scenarios, args.case = {scenario.id: (Path(args.scenario), scenario)}, scenario.id
     manifest_case = None if args.case in scenarios else find_manifest_case(ROOT, args.case)
     if args.case in scenarios:
         scenario = scenarios[args.case][1]
@@ -138,19 +161,36 @@ def _freeze_check(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="backintel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("schema", help="write scenarios/scenario.schema.json from the model")
-    p.add_argument("--check", action="store_true", help="fail if the committed schema differs")
+    p = sub.add_parser("schema", help="write the scenario JSON Schema generated from the model")
+    p.add_argument("--check", action="store_true", help="fail if the written schema differs")
+    p.add_argument(
+        "--out",
+        help="file or folder to write it to (default: the checkout's own "
+        "scenarios/scenario.schema.json, else ./scenario.schema.json)",
+    )
     p.set_defaults(func=_schema)
-    p = sub.add_parser("validate", help="validate scenario files")
-    p.add_argument("files", nargs="+")
+    p = sub.add_parser("validate", help="validate scenario files and folders (default: .)")
+    p.add_argument("paths", nargs="*")
+    p.add_argument(
+        "--world-queries", dest="worlds", action="store_true", help="run check queries on worlds"
+    )
     p.set_defaults(func=_validate)
+    refs = sub.add_parser("references", help="references of your own suites").add_subparsers(
+        dest="refs_cmd", required=True
+    )
+    p = refs.add_parser("build", help="compute references into the lock file beside scenarios")
+    p.add_argument("paths", nargs="*", help="folders or files to search (default: .)")
+    p.add_argument("--check", action="store_true", help="verify the lock files, write nothing")
+    p.set_defaults(func=_references_build)
     data = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
     p = data.add_parser("build", help="generate a world's Parquet and SQLite files")
     p.add_argument("--world", default="olist")
     p.add_argument("--snapshot", default="base", help="a named snapshot (e.g. tpch: sf1)")
     p.set_defaults(func=_data_build)
     p = sub.add_parser("score", help="score one answer (JSON) for one case")
-    p.add_argument("--case", required=True, help="scenario id")
+    case = p.add_mutually_exclusive_group(required=True)
+    case.add_argument("--case", help="scenario id")
+    case.add_argument("--scenario", help="a scenario file (e.g. one of your own)")
     p.add_argument(
         "--store",
         default="sqlite",
@@ -172,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_freeze_check)
     register_clean(sub)
     for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
-        command.load()(sub, {"data": data})  # suites' and reports' own commands
+        command.load()(sub, {"data": data, "references": refs})
     return parser
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.backends import StoreBackends, store_spec
+from pytest_backintel.backends import StoreBackends, backend_for, store_spec
 from pytest_backintel.contract import AnalystAnswer, Refusal
 from pytest_backintel.evidence import EvidenceResult, reexecute
 from pytest_backintel.item_python import evidence_runner
@@ -23,7 +23,7 @@ from pytest_backintel.sandbox.base import SandboxProvider
 from pytest_backintel.sandbox.registry import create_provider
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring import TrialScore, score_answer
-from pytest_backintel.worlds import get_world
+from pytest_backintel.user_data import world_for
 from stores.base import DatasetFiles, ProvisionedStore
 
 __all__ = ["HandScorer"]
@@ -53,7 +53,7 @@ class HandScorer:
     def dataset(self, scenario: Scenario) -> tuple[DatasetFiles, str]:
         key = (scenario.dataset.world, scenario.dataset.snapshot)
         if key not in self._files:
-            world = get_world(key[0])
+            world = world_for(scenario.dataset)
             files = world.ensure_built(self.data_dir, snapshot=key[1])
             self._files[key] = (files, world.data_hash(files))
         return self._files[key]
@@ -67,12 +67,12 @@ class HandScorer:
         if manifest is not None:
             return manifest_reference(manifest, scenario.id)
         files, data_hash = self.dataset(scenario)
-        return get_world(scenario.dataset.world).reference(scenario, files, data_hash)
+        return world_for(scenario.dataset).reference(scenario, files, data_hash)
 
     def store(self, scenario: Scenario) -> tuple[ProvisionedStore, str]:
         """The scenario's store on its bound backend (provisioned once) and its SQL dialect."""
         spec = store_spec(scenario, self.default_store)
-        backend = self.backends.get(spec)
+        backend = backend_for(self.backends, scenario, self.default_store)
         files, _ = self.dataset(scenario)
         key = (spec, str(files.parquet_dir))
         if key not in self._stores:
@@ -88,7 +88,8 @@ class HandScorer:
             spec = store_spec(scenario, self.default_store)
             store, _ = self.store(scenario)
             files, _ = self.dataset(scenario)
-            probes = self.probes.get(spec, self.backends.get(spec), files, self._python)
+            backend = backend_for(self.backends, scenario, self.default_store)
+            probes = self.probes.get(spec, backend, files, self._python)
             evidence = reexecute(output, scenario, store, self._python(store.mount_path), probes)
         return score_answer(
             scenario, output, evidence, self.reference(scenario, manifest)

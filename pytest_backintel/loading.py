@@ -115,7 +115,7 @@ def load_scenario_file(path: Path) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioFileError(path, [(1, "", "a scenario file holds one YAML mapping")])
     try:
-        return Scenario.model_validate(data)
+        return Scenario.model_validate(data, context={"base_dir": path.resolve().parent})
     except ValidationError as exc:
         root = yaml.compose(text, Loader=yaml.SafeLoader)  # line numbers, only when reporting
         problems = []
@@ -139,6 +139,11 @@ def check_world(path: Path, scenario: Scenario) -> None:
     """A scenario names a registered world; otherwise `ScenarioFileError` at its line."""
     from pytest_backintel.worlds import UnknownWorldError, get_world_entry
 
+    if scenario.dataset.source_kind is not None:
+        from pytest_backintel.user_data import check_source
+
+        check_source(path, scenario)
+        return
     try:
         get_world_entry(scenario.dataset.world)
     except UnknownWorldError as exc:

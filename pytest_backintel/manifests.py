@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from pytest_backintel.backends import store_spec
 from pytest_backintel.collect import ScenarioItem
+from pytest_backintel.install import INSTALLED
 from pytest_backintel.loading import ScenarioFileError
 from pytest_backintel.scenario import Scenario
 
@@ -35,12 +36,13 @@ DEFAULT_MANIFESTS = [
 def is_manifest(config: pytest.Config, path: Path) -> bool:
     if path.suffix != ".json":
         return False
-    try:
-        rel = path.relative_to(config.rootpath).as_posix()
-    except ValueError:
-        return False
     patterns = config.getini("backintel_manifests") or DEFAULT_MANIFESTS
-    return any(fnmatch.fnmatch(rel, pattern) for pattern in patterns)
+    for base in (config.rootpath, INSTALLED):  # the installed suites, as `--pyargs scenarios`
+        if path.is_relative_to(base):
+            rel = path.relative_to(base).as_posix()
+            if any(fnmatch.fnmatch(rel, pattern) for pattern in patterns):
+                return True
+    return False
 
 
 MANIFEST_STORE = "sqlite"

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from pytest_backintel.backends import check_stores
 from pytest_backintel.collect import ScenarioFile, ScenarioItem, is_scenario_file
 from pytest_backintel.html_report import HtmlReport, header_lines, summary_lines
+from pytest_backintel.install import shadowed_packages
 from pytest_backintel.item_python import ItemPython
 from pytest_backintel.manifests import ManifestFile, is_manifest
 from pytest_backintel.options import add_options
@@ -46,6 +48,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if problems := shadowed_packages():
+        raise pytest.UsageError("\n".join(problems))
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     bench = config.stash[SESSION_KEY] = BenchSession(config)
@@ -74,6 +78,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Fil
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    check_stores(items, config.stash[SESSION_KEY].options.store)
     config.stash[SESSION_KEY].prepare_items(items)
 
 

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 __all__ = [
+    "SOURCE_KINDS",
     "ColumnSpec",
     "DatasetBinding",
     "MetricKind",
     "MetricSpec",
+    "ReferenceSpec",
     "RefusalSpec",
     "Scenario",
     "Split",
@@ -108,17 +111,99 @@ class RefusalSpec(_Strict):
         return self
 
 
-class DatasetBinding(_Strict):
-    """The data a scenario is asked over."""
+SOURCE_KINDS = ("sqlite", "duckdb", "parquet", "csv", "postgres")
+"""Data a user has, bound by path (relative to the scenario file) or, for PostgreSQL, by DSN."""
 
-    world: str = Field(pattern=SLUG)
-    """A registered dataset (e.g. `olist`): its generator, oracles and store files."""
+
+class DatasetBinding(_Strict):
+    """The data a scenario is asked over: a registered `world`, or exactly one source of the
+    user's own (`sqlite`, `duckdb`, `parquet`, `csv`, `postgres`)."""
+
+    world: str = Field(default="", pattern=r"^([a-z0-9][a-z0-9_.-]*)?$")
+    """A registered dataset (e.g. `olist`): its generator, oracles and store files. With a
+    source of your own, only the name reports give it (default: `<kind>-<file stem>`)."""
     snapshot: str = Field(default="base", pattern=SLUG)
     """A named snapshot of the world (ambient replay binds a different one per scenario)."""
     store: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]*(:[a-z0-9_:+-]+)?$")
     """The store backend spec the scenario needs (e.g. `multi:postgres:olist_orders+sqlite:
     olist_catalog` for cross-store questions, `lake-parquet` for scale); `--store` does not
-    override it. None: the run's `--store`."""
+    override it. None: the run's `--store` (a source of your own: its native backend)."""
+    sqlite: str | None = Field(default=None, min_length=1)
+    """A SQLite database file, copied byte for byte per item."""
+    duckdb: str | None = Field(default=None, min_length=1)
+    """A DuckDB database file, copied per item."""
+    parquet: str | None = Field(default=None, min_length=1)
+    """A folder of `<table>.parquet` files, served as DuckDB views over per-item copies."""
+    csv: str | None = Field(default=None, min_length=1)
+    """A folder of `<table>.csv` files (header row; types detected, or pinned by `_schema.json`)."""
+    postgres: str | None = Field(default=None, min_length=1)
+    """An existing PostgreSQL database: a `postgresql://` DSN, or the name of an environment
+    variable holding one. Each item gets a clone (`CREATE DATABASE ... TEMPLATE`)."""
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    def model_post_init(self, context: Any, /) -> None:
+        if isinstance(context, dict) and isinstance(context.get("base_dir"), Path):
+            self._base_dir = context["base_dir"]
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetBinding:
+        given = [k for k in SOURCE_KINDS if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"bind one source, not {len(given)}: {', '.join(given)}")
+        if not given and not self.world:
+            raise ValueError(f"bind a `world` or one source: {', '.join(SOURCE_KINDS)}")
+        if given and not self.world:
+            stem = re.sub(r"[^a-z0-9_.-]+", "-", self.source_name.lower()).strip("-.") or "data"
+            object.__setattr__(self, "world", f"{given[0]}-{stem}")
+        return self
+
+    @property
+    def source_kind(self) -> str | None:
+        """`sqlite`, `duckdb`, `parquet`, `csv` or `postgres`; None for a registered world."""
+        return next((k for k in SOURCE_KINDS if getattr(self, k) is not None), None)
+
+    @property
+    def source(self) -> str | None:
+        """The source as written in the file (a path, a DSN or an environment variable)."""
+        kind = self.source_kind
+        return None if kind is None else str(getattr(self, kind))
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The folder of the file that named this binding (paths are relative to it)."""
+        return self._base_dir
+
+    @property
+    def source_name(self) -> str:
+        raw = (self.source or "").rstrip("/")
+        if self.source_kind == "postgres":
+            return raw.rsplit("/", 1)[-1].split("?", 1)[0] or raw
+        return Path(raw).stem if self.source_kind in ("sqlite", "duckdb") else Path(raw).name
+
+    def source_path(self) -> Path:
+        """The bound file or folder, resolved against the scenario file's folder."""
+        raw = Path(self.source or "").expanduser()
+        base = self._base_dir or Path.cwd()
+        return raw if raw.is_absolute() else (base / raw).resolve()
+
+
+class ReferenceSpec(_Strict):
+    """Where a user scenario's reference comes from; several given are cross-checked."""
+
+    sql: str | None = Field(default=None, min_length=1)
+    """A query run on a pristine copy of the bound source (SQLite dialect, translated), one
+    column per metric (or the rows of a table metric)."""
+    values: dict[str, Any] | None = None
+    """The values themselves, by metric name."""
+    python: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """`module:function` in your own code, called with a `pytest_backintel.references.
+    ReferenceData` over a pristine copy; returns the values by metric name."""
+
+    @model_validator(mode="after")
+    def _something(self) -> ReferenceSpec:
+        if self.sql is None and self.values is None and self.python is None:
+            raise ValueError("give the reference as `sql`, `values` or `python`")
+        return self
 
 
 class Scenario(_Strict):
@@ -148,6 +233,17 @@ class Scenario(_Strict):
     against the oracle at build time, and cited by the reference analyst as Python evidence."""
     oracle: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
     """The oracle function's name (defaults to the id with `-` and `.` as `_`)."""
+    reference: ReferenceSpec | None = None
+    """Data of your own: the reference, kept in a lock file beside the scenario by
+    `backintel references build`. Its `sql` is the `check_sql` when that is not given."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_sql_from_reference(cls, data: Any) -> Any:
+        ref = data.get("reference") if isinstance(data, dict) else None
+        if isinstance(ref, dict) and ref.get("sql") and not data.get("check_sql"):
+            return {**data, "check_sql": ref["sql"]}
+        return data
 
     @model_validator(mode="after")
     def _answerability(self) -> Scenario:

@@ -17,7 +17,7 @@ from pytest_backintel import __version__
 from pytest_backintel._compat import upcoming_items
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.analysts import AnalystLoadError, analyst_label, load_analyst, spec_kind
-from pytest_backintel.backends import StoreBackends, store_spec
+from pytest_backintel.backends import StoreBackends, backend_for, store_spec
 from pytest_backintel.budget import RunBudget
 from pytest_backintel.cassettes import case_key, write_cassette
 from pytest_backintel.cleanup import clean_stale
@@ -58,7 +58,8 @@ from pytest_backintel.sandbox.registry import (
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.sealed import SealedCase, SealedSuiteError, guard_reserved
 from pytest_backintel.trial import TrialResult, run_trial
-from pytest_backintel.worlds import data_dir, get_world
+from pytest_backintel.user_data import check_name, user_source, world_for
+from pytest_backintel.worlds import data_dir
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ class BenchSession:
     def store_for(self, scenario: Scenario) -> Store:
         """The backend the scenario runs on (`--store`, or the one its binding needs)."""
         with self._lock:
-            return self.backends.get(store_spec(scenario, self.options.store))
+            return backend_for(self.backends, scenario, self.options.store)
 
     @property
     def sandboxes(self) -> SandboxProvider:
@@ -165,15 +166,17 @@ class BenchSession:
         """The built files of a scenario's world and their data hash (built once, locked)."""
         key = (scenario.dataset.world, scenario.dataset.snapshot)
         with self._lock:
+            if (source := user_source(scenario.dataset)) is not None:
+                check_name(self.__dict__.setdefault("_source_names", {}), source)
             if key not in self._worlds:
-                world = get_world(key[0])
+                world = world_for(scenario.dataset)
                 files = world.ensure_built(self.data_dir, snapshot=key[1])
                 self._worlds[key] = (files, world.data_hash(files))
             return self._worlds[key]
 
     def verify_data(self, scenario: Scenario) -> list[str]:
         """Problems with the scenario's pinned data files (acceptance fixtures), if any."""
-        world = get_world(scenario.dataset.world)
+        world = world_for(scenario.dataset)
         return world.verify(self.data_dir, scenario.dataset.snapshot)
 
     def reference(self, item: ScenarioItem) -> Mapping[str, Any]:
@@ -181,7 +184,7 @@ class BenchSession:
         if item.manifest is not None:
             return manifest_reference(item.manifest, item.scenario.id)
         files, data_hash = self.dataset(item.scenario)
-        return get_world(item.scenario.dataset.world).reference(item.scenario, files, data_hash)
+        return world_for(item.scenario.dataset).reference(item.scenario, files, data_hash)
 
     # -- terminal ---------------------------------------------------------------------------
     def sandbox_description(self) -> dict[str, Any]:

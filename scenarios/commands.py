@@ -55,14 +55,15 @@ def _references_build(args: argparse.Namespace) -> int:
     try:
         build_all(write=not args.check)
     except ReferenceError as exc:
-        print(f"backintel references build: {exc}", file=sys.stderr)
+        print(f"backintel references benchmark: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
 def register(sub: Any, groups: dict[str, Any]) -> None:
     """Add the benchmark's subcommands; `groups` holds the harness's shared subcommand groups
-    (`data`), so `backintel data olist` sits beside `backintel data build`."""
+    (`data`, `references`), so `backintel data olist` sits beside `backintel data build`
+    and `backintel references benchmark` beside `backintel references build`."""
     p = groups["data"].add_parser("olist", help="verify and load the public Olist CSV release")
     p.add_argument("--from", dest="source", required=True, help="folder with the release CSVs")
     p.add_argument(
@@ -79,9 +80,8 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     p.add_subparsers(dest="split_cmd", required=True).add_parser(
         "build", help="split Olist into olist_orders and olist_catalog"
     ).set_defaults(func=_split_build)
-    refs = sub.add_parser("references", help="evaluator-owned references").add_subparsers(
-        dest="refs_cmd", required=True
+    p = groups["references"].add_parser(
+        "benchmark", help="the shipped benchmark's references: oracles cross-checked with SQL"
     )
-    p = refs.add_parser("build", help="compute references with oracles, cross-check with SQL")
     p.add_argument("--check", action="store_true", help="verify without writing")
     p.set_defaults(func=_references_build)

@@ -50,7 +50,7 @@ __all__ = [
 HERE = Path(__file__).resolve().parent
 DEFINITIONS_DIR = HERE / "definitions"
 REFERENCES_DIR = HERE / "references"
-REBUILD_HINT = "rebuild them with `uv run backintel references build`"
+REBUILD_HINT = "rebuild them with `uv run backintel references benchmark`"
 DECIMALS = 8
 """Stored floats are rounded to this many decimals (far below every tolerance) so the JSON
 is byte-identical across builds."""

@@ -6,6 +6,7 @@ so xdist workers share it) and copied per item into `<workdir>/<store id>/store.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -18,9 +19,9 @@ from stores._duckdb_common import (
     quote_literal,
     template_dir,
 )
-from stores.base import DatasetFiles, Store, new_store_id
+from stores.base import DatasetFiles, Store, StoreError, new_store_id
 
-__all__ = ["DuckDBStore", "ProvisionedDuckDB"]
+__all__ = ["DuckDBFileStore", "DuckDBStore", "ProvisionedDuckDB"]
 
 DB_NAME = "store.duckdb"
 
@@ -66,4 +67,23 @@ class DuckDBStore(Store):
         store_id = new_store_id()
         folder = self.workdir / store_id
         copy_folder(template, folder)
+        return ProvisionedDuckDB("duckdb", store_id, folder, self.statement_timeout_s)
+
+
+class DuckDBFileStore(DuckDBStore):
+    """A user's own DuckDB database file (`dataset.extra["duckdb"]`), copied as is per item:
+    tables, types and constraints exactly as in the source."""
+
+    def provision(self, dataset: DatasetFiles) -> ProvisionedDuckDB:
+        source = dataset.extra.get("duckdb")
+        if source is None or not source.is_file():
+            raise StoreError(f"dataset {dataset.name!r}: no DuckDB file at {source}")
+        store_id = new_store_id()
+        folder = self.workdir / store_id
+        folder.mkdir(parents=True)
+        for src, name in ((source, DB_NAME), (source.with_name(source.name + ".wal"), "")):
+            if name or src.is_file():
+                target = folder / (name or f"{DB_NAME}.wal")
+                shutil.copyfile(src, target)
+                target.chmod(0o444)
         return ProvisionedDuckDB("duckdb", store_id, folder, self.statement_timeout_s)

@@ -18,10 +18,10 @@ from pathlib import Path
 import duckdb
 
 from stores._duckdb_common import quote_literal, template_dir
-from stores.base import DatasetFiles, Store
+from stores.base import DatasetFiles, Store, StoreError
 from stores.lake import ProvisionedViews, provision_views
 
-__all__ = ["FilesMixedStore", "FilesStore"]
+__all__ = ["CsvFolderStore", "FilesMixedStore", "FilesStore"]
 
 SCHEMA = "_schema.json"
 
@@ -104,3 +104,35 @@ class FilesMixedStore(Store):
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         return _provision(self, dataset, json_every_second=True)
+
+
+class CsvFolderStore(Store):
+    """A user's own folder of `<table>.csv` files (`dataset.extra["csv"]`), copied per item and
+    read as views: column types pinned by `_schema.json` in the folder (as `files` writes it)
+    when present, else detected by DuckDB."""
+
+    name = "files"
+    dialect = "duckdb"
+
+    def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
+        folder = dataset.extra.get("csv")
+        if folder is None or not any(folder.glob("*.csv")):
+            raise StoreError(f"dataset {dataset.name!r}: no *.csv files in {folder}")
+        pinned = folder / SCHEMA
+        schema: dict[str, dict[str, str]] = (
+            json.loads(pinned.read_text()) if pinned.is_file() else {}
+        )
+
+        def view_for(path: Path) -> str | None:
+            if path.suffix != ".csv":
+                return None
+            where = quote_literal(str(path.resolve()))
+            columns = schema.get(path.stem)
+            if columns is None:
+                return f"SELECT * FROM read_csv({where}, header = true, auto_detect = true)"
+            return (
+                f"SELECT * FROM read_csv({where}, header = true, auto_detect = false, "
+                f"columns = {_columns_literal(columns)})"
+            )
+
+        return provision_views(self, folder, view_for)

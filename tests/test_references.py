@@ -177,7 +177,7 @@ def test_reference_for_checks_data_hash_and_version(
     assert set(values) == {"delivered_orders"}
     assert isinstance(values["delivered_orders"], int)
     assert reference_for(_by_id(scenarios, "l3-net-profit-2018"), good_hash) == {}
-    with pytest.raises(StaleReferencesError, match="references build"):
+    with pytest.raises(StaleReferencesError, match="references benchmark"):
         reference_for(delivered, "0" * 64)
     with pytest.raises(StaleReferencesError, match="version 1, the scenario is version 2"):
         reference_for(delivered.model_copy(update={"version": 2}), good_hash)

@@ -77,7 +77,7 @@ def test_validate_reports_an_unknown_world_at_its_line(
     good = tmp_path / "good.scenario.yaml"
     good.write_text(SCENARIO.format(world="olist"))
     bad = tmp_path / "bad.scenario.yaml"
-    bad.write_text(SCENARIO.format(world="olsit"))
+    bad.write_text(SCENARIO.format(world="olsit").replace("id: my-count", "id: my-other"))
     assert main(["validate", str(good)]) == 0
     assert main(["validate", str(good), str(bad)]) == 1
     err = capsys.readouterr().err

@@ -1,0 +1,455 @@
+"""Data of your own: the tutorial's scenarios bound to a PostgreSQL database, a Parquet folder,
+a DuckDB file and a CSV folder; locks refused on other data; validate and --store errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_backintel.cli import main
+from pytest_backintel.loading import load_scenario_file
+from pytest_backintel.user_data import user_source
+from tests.test_own_data_tutorial import ANSWERABLE, UNANSWERABLE, outcomes, tutorial
+
+BIN = Path(sys.executable).parent
+ADMIN_DSN = os.environ.get("BACKINTEL_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+ALL = ANSWERABLE | UNANSWERABLE
+
+
+def project(folder: Path, binding: str | None = None) -> Path:
+    """The tutorial's files in `folder` (scenarios re-bound to `binding` when given) and its
+    SQLite file."""
+    files, _ = tutorial()
+    for name, body in files.items():
+        if binding is not None and name.endswith(".scenario.yaml"):
+            body = body.replace("dataset: {sqlite: ../shop.sqlite}", f"dataset: {binding}")
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        with (folder / name).open("a") as f:
+            f.write(body)
+    subprocess.run([sys.executable, "make_shop.py"], cwd=folder, check=True)
+    return folder
+
+
+def backintel(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "backintel"), *args], cwd=folder, capture_output=True, text=True, check=False
+    )
+
+
+def pytest_run(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "pytest"), "scenarios", "-p", "no:xdist", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+
+
+def shop_rows() -> list[tuple[object, ...]]:
+    con = sqlite3.connect(":memory:")
+    files, _ = tutorial()
+    con.executescript(files["make_shop.py"].split('"""')[1])
+    rows = con.execute("SELECT * FROM orders ORDER BY id").fetchall()
+    con.close()
+    return rows
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+
+
+def _admin() -> object:
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        return psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=5)
+    except psycopg.Error as exc:
+        if "postgres" in os.environ.get("BACKINTEL_REQUIRE", ""):
+            pytest.fail(f"PostgreSQL is required but unreachable: {exc}")
+        pytest.skip(f"no PostgreSQL at {ADMIN_DSN}: {exc}")
+
+
+@pytest.fixture
+def shop_postgres() -> Iterator[str]:
+    """A source database created for this test (dropped after), with the shop's types."""
+    name = f"shop_src_{secrets.token_hex(4)}"
+    admin = _admin()
+    admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
+    dsn = ADMIN_DSN.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as con:
+            con.execute(
+                "CREATE TABLE customers (id integer PRIMARY KEY, name text NOT NULL, "
+                "country text NOT NULL)"
+            )
+            con.execute(
+                "CREATE TABLE orders (id integer PRIMARY KEY, customer_id integer NOT NULL "
+                "REFERENCES customers (id), ordered_on date NOT NULL, status text NOT NULL, "
+                "amount_eur numeric(10,2) NOT NULL)"
+            )
+            con.execute("INSERT INTO customers VALUES (1,'Ada','DE'),(2,'Bo','FR'),(3,'Cy','DE')")
+            for row in shop_rows():
+                con.execute("INSERT INTO orders VALUES (%s,%s,%s,%s,%s)", row)
+        yield dsn
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
+        admin.close()  # type: ignore[attr-defined]
+
+
+def test_the_tutorial_on_an_existing_postgres_database(tmp_path: Path, shop_postgres: str) -> None:
+    folder = project(tmp_path, "{postgres: SHOP_DSN}")
+    env_dsn = {"SHOP_DSN": shop_postgres}
+    os.environ.update(env_dsn)
+    try:
+        scenario = load_scenario_file(folder / "scenarios" / "delivered-orders.scenario.yaml")
+        source = user_source(scenario.dataset)
+        assert source is not None
+        from stores.postgres_clone import PostgresCloneStore
+
+        clone = PostgresCloneStore(tmp_path / "w", shop_postgres)
+        before = clone.source_fingerprint()
+        item = clone.provision(source.ensure_built(tmp_path))
+        try:
+            with item.connect() as session:
+                info = session.describe_table("orders")
+                types = {c.name: (c.type, c.nullable) for c in info.columns}
+            assert types["ordered_on"] == ("date", False)
+            assert types["amount_eur"] == ("numeric(10,2)", False)
+            assert item.fingerprint().logical == before.logical
+        finally:
+            item.teardown()
+
+        build = backintel(folder, "references", "build")
+        assert build.returncode == 0, build.stderr
+        ref = pytest_run(folder, "--run-id", "pg")
+        assert ref.returncode == 0, ref.stdout + ref.stderr
+        assert outcomes(folder, "pg") == dict.fromkeys(ALL, "pass")
+        records = (folder / "results" / "pg" / "records.jsonl").read_text().splitlines()
+        assert {json.loads(r)["backend"] for r in records} == {"postgres"}
+        perturbed = pytest_run(folder, "--analyst", "perturbed", "--run-id", "pg-perturbed")
+        assert {outcomes(folder, "pg-perturbed")[s] for s in ANSWERABLE} == {"wrong_value"}
+        assert perturbed.returncode == 1
+        assert clone.source_fingerprint() == before  # the source was never written
+    finally:
+        os.environ.pop("SHOP_DSN", None)
+
+
+# -- files and folders -----------------------------------------------------------------------
+
+
+def write_parquet(folder: Path) -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir()
+    rows = shop_rows()
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            pa.field("customer_id", pa.int64(), nullable=False),
+            pa.field("ordered_on", pa.date32(), nullable=False),
+            pa.field("status", pa.string(), nullable=False),
+            pa.field("amount_eur", pa.decimal128(10, 2), nullable=False),
+        ]
+    )
+    columns = list(zip(*rows, strict=True))
+    columns[2] = tuple(dt.date.fromisoformat(str(d)) for d in columns[2])
+    columns[4] = tuple(Decimal(str(a)).quantize(Decimal("0.01")) for a in columns[4])
+    table = pa.Table.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+    )
+    pq.write_table(table, folder / "orders.parquet")
+    customers = pa.table(
+        {"id": [1, 2, 3], "name": ["Ada", "Bo", "Cy"], "country": ["DE", "FR", "DE"]}
+    )
+    pq.write_table(customers, folder / "customers.parquet")
+
+
+TYPES = {
+    "sqlite": {"ordered_on": ("DATE", False), "amount_eur": ("NUMERIC(10, 2)", False)},
+    "duckdb": {"ordered_on": ("DATE", False), "amount_eur": ("DECIMAL(10,2)", False)},
+    "parquet": {"ordered_on": ("DATE", True), "amount_eur": ("DECIMAL(10,2)", True)},
+    "csv": {"ordered_on": ("DATE", True), "amount_eur": ("DOUBLE", True)},
+}
+"""What the analyst's `describe_table("orders")` shows: the source's own types (and NOT NULL
+where the format has constraints; a Parquet or CSV folder is read through views)."""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "parquet", "duckdb", "csv"])
+def test_the_tutorial_on_a_folder_or_file_of_your_own(tmp_path: Path, kind: str) -> None:
+    exports = tmp_path / "exports"
+    write_parquet(exports)
+    binding = {"parquet": "{parquet: ../exports}"}.get(kind, "{sqlite: ../shop.sqlite}")
+    if kind == "duckdb":
+        import duckdb
+
+        con = duckdb.connect(str(tmp_path / "shop.duckdb"))
+        con.execute(
+            "CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id BIGINT NOT NULL, "
+            "ordered_on DATE NOT NULL, status VARCHAR NOT NULL, amount_eur DECIMAL(10,2) NOT NULL)"
+        )
+        con.execute(f"INSERT INTO orders SELECT * FROM read_parquet('{exports}/orders.parquet')")
+        con.execute(f"CREATE TABLE customers AS FROM read_parquet('{exports}/customers.parquet')")
+        con.close()
+        binding = "{duckdb: ../shop.duckdb}"
+    if kind == "csv":
+        import duckdb
+
+        csv = tmp_path / "csv"
+        csv.mkdir()
+        for table in ("orders", "customers"):
+            duckdb.sql(
+                f"COPY (FROM read_parquet('{exports}/{table}.parquet')) TO '{csv}/{table}.csv'"
+            )
+        binding = "{csv: ../csv}"
+    folder = project(tmp_path, binding)
+    assert backintel(folder, "references", "build").returncode == 0
+    assert backintel(folder, "validate", "scenarios").returncode == 0
+    result = pytest_run(folder, "--run-id", kind)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert outcomes(folder, kind) == dict.fromkeys(ALL, "pass")
+    scenario = load_scenario_file(folder / "scenarios" / "delivered-orders.scenario.yaml")
+    source = user_source(scenario.dataset)
+    assert source is not None
+    from stores.base import DatasetFiles
+
+    files: DatasetFiles = source.ensure_built(tmp_path)
+    from pytest_backintel.user_data import NATIVE
+
+    store = source.make_store(NATIVE[kind], tmp_path / "w")
+    store.setup_session()
+    item = store.provision(files)
+    try:
+        with item.connect() as session:
+            cols = {c.name: (c.type, c.nullable) for c in session.describe_table("orders").columns}
+        assert {c: cols[c] for c in TYPES[kind]} == TYPES[kind]
+    finally:
+        item.teardown()
+        store.teardown_session()
+
+
+# -- locks -----------------------------------------------------------------------------------
+
+
+def test_a_lock_built_on_other_data_is_refused_naming_both_hashes(tmp_path: Path) -> None:
+    folder = project(tmp_path)
+    assert backintel(folder, "references", "build").returncode == 0
+    lock = json.loads((folder / "scenarios" / "backintel.lock.json").read_text())
+    old_hash = lock["scenarios"]["delivered-orders"]["data_hash"]
+    con = sqlite3.connect(folder / "shop.sqlite")
+    con.execute("UPDATE orders SET status = 'delivered' WHERE id = 3")
+    con.commit()
+    con.close()
+    result = pytest_run(folder, "-k", "delivered-orders", "--run-id", "stale")
+    assert outcomes(folder, "stale") == {"delivered-orders": "infra_error"}
+    record = json.loads((folder / "results" / "stale" / "records.jsonl").read_text())
+    message = record["reasons"][0]["message"]
+    assert "scenario 'delivered-orders'" in message
+    assert old_hash in message
+    new_hash = re.search(r"this run's data is ([0-9a-f]{64})", message)
+    assert new_hash is not None
+    assert new_hash.group(1) != old_hash
+    assert result.returncode == 1
+    check = backintel(folder, "references", "build", "--check")
+    assert check.returncode == 1
+    assert "out of date" in check.stderr
+
+
+def test_two_references_that_disagree_abort_the_build_naming_the_file(tmp_path: Path) -> None:
+    folder = project(tmp_path)
+    path = folder / "scenarios" / "delivered-orders.scenario.yaml"
+    path.write_text(path.read_text() + "  values: {delivered_orders: 5}\n")
+    result = backintel(folder, "references", "build")
+    assert result.returncode == 1
+    assert "scenarios/delivered-orders.scenario.yaml: scenario 'delivered-orders'" in result.stderr
+    assert "reference.sql gives 4 but reference.values gives 5" in result.stderr
+    assert not (folder / "scenarios" / "backintel.lock.json").exists()
+    path.write_text(path.read_text().replace("delivered_orders: 5", "delivered_orders: 4"))
+    assert backintel(folder, "references", "build").returncode == 0
+
+
+def test_a_python_reference_from_your_own_code(tmp_path: Path) -> None:
+    folder = project(tmp_path)
+    (folder / "shop_refs.py").write_text(
+        "def canceled_share(data):\n"
+        "    rows = data.query('SELECT status FROM orders')\n"
+        "    return {'canceled_share': sum(r['status'] == 'canceled' for r in rows) / len(rows)}\n"
+    )
+    path = folder / "scenarios" / "canceled-share.scenario.yaml"
+    path.write_text(path.read_text() + "  python: shop_refs:canceled_share\n")
+    assert backintel(folder, "references", "build").returncode == 0
+    entry = json.loads((folder / "scenarios" / "backintel.lock.json").read_text())["scenarios"]
+    assert entry["canceled-share"]["spec"]["reference"]["python"] == "shop_refs:canceled_share"
+    (folder / "shop_refs.py").write_text(
+        "def canceled_share(data):\n    return {'canceled_share': 0.25}\n"
+    )
+    wrong = backintel(folder, "references", "build")
+    assert wrong.returncode == 1
+    assert "reference.python gives 0.25" in wrong.stderr
+
+
+# -- validate and --store --------------------------------------------------------------------
+
+
+def test_validate_reports_duplicate_unknown_world_and_bad_sql_with_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = project(tmp_path)
+    scenarios = folder / "scenarios"
+    assert backintel(folder, "references", "build").returncode == 0
+    text = (scenarios / "delivered-orders.scenario.yaml").read_text()
+    (scenarios / "copy.scenario.yaml").write_text(text)
+    (scenarios / "world.scenario.yaml").write_text(
+        text.replace("id: delivered-orders", "id: on-a-world").replace(
+            "dataset: {sqlite: ../shop.sqlite}", "dataset: {world: olsit}"
+        )
+    )
+    (scenarios / "store.scenario.yaml").write_text(
+        text.replace("id: delivered-orders", "id: on-a-store").replace(
+            "dataset: {sqlite: ../shop.sqlite}", "dataset: {world: olist, store: sqllite}"
+        )
+    )
+    revenue = scenarios / "delivered-revenue.scenario.yaml"
+    revenue.write_text(revenue.read_text().replace("SELECT ROUND(", "SELECT ROUND(("))
+    (scenarios / "typo.scenario.yaml").write_text(
+        text.replace("id: delivered-orders", "id: typo").replace("family:", "famly:")
+    )
+    assert main(["validate", str(scenarios)]) == 1
+    err = capsys.readouterr().err
+    assert re.search(
+        rf"{scenarios}/delivered-orders.scenario.yaml:1: id: 'delivered-orders' is already "
+        rf"defined in {scenarios}/copy.scenario.yaml:1",
+        err,
+    ), err
+    assert f"{scenarios}/world.scenario.yaml:5: dataset.world: unknown world 'olsit'" in err
+    assert re.search(rf"{revenue}:13: reference.sql: does not parse as SQL", err), err
+    assert f"{scenarios}/typo.scenario.yaml:8: famly: unknown field" in err
+    assert (
+        f"{scenarios}/store.scenario.yaml:5: dataset.store: unknown store backend 'sqllite'" in err
+    )
+    # a query that parses but does not run on the bound store, and a stale reference
+    count = scenarios / "canceled-share.scenario.yaml"
+    count.write_text(count.read_text().replace("FROM orders", "FROM order_lines"))
+    assert main(["validate", str(count)]) == 1
+    err = capsys.readouterr().err
+    assert f"{count}:13: reference.sql: does not run on the bound sqlite source" in err
+    assert "no such table: order_lines" in err
+    assert f"{count}:12: reference: scenario 'canceled-share': its reference" in err
+
+
+def test_a_misspelt_store_is_one_usage_error(tmp_path: Path) -> None:
+    folder = project(tmp_path)
+    result = pytest_run(folder, "--store", "sqllite")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.count("ERROR:") == 1
+    assert "unknown store backend 'sqllite'. Did you mean 'sqlite'" in result.stderr
+
+
+def test_a_store_that_cannot_serve_the_source_losslessly_is_one_usage_error(
+    tmp_path: Path,
+) -> None:
+    folder = project(tmp_path)
+    result = pytest_run(folder, "--store", "duckdb")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.count("ERROR:") == 1
+    assert result.stderr.count("cannot run on --store duckdb without changing its types") == 5
+
+
+def test_a_package_of_yours_that_shadows_an_installed_one_is_named(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\npythonpath = .\n")
+    pytester.mkpydir("analyst")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*{pytester.path / 'analyst'} shadows the package 'analyst' that backintel-bench*"]
+    )
+    assert "rename your 'analyst'" in result.stderr.str()
+    (pytester.path / "analyst" / "__init__.py").unlink()  # a plain folder shadows nothing
+    assert pytester.runpytest_subprocess().ret == pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def test_score_one_answer_for_a_scenario_file_of_your_own(tmp_path: Path) -> None:
+    folder = project(tmp_path)
+    assert backintel(folder, "references", "build").returncode == 0
+    sql = "SELECT SUM(amount_eur) AS delivered_revenue FROM orders WHERE status = 'delivered'"
+
+    def answer(value: float) -> str:
+        path = folder / f"answer-{value}.json"
+        path.write_text(
+            json.dumps(
+                {
+                    "status": "answered",
+                    "metrics": [{"name": "delivered_revenue", "value": value, "unit": "EUR"}],
+                    "evidence": [
+                        {"id": "e1", "kind": "sql", "code": sql, "metrics": ["delivered_revenue"]}
+                    ],
+                    "method": "summed the delivered orders",
+                    "caveats": [],
+                }
+            )
+        )
+        return str(path)
+
+    scenario = "scenarios/delivered-revenue.scenario.yaml"
+    right = backintel(folder, "score", "--scenario", scenario, answer(126.0))
+    assert right.returncode == 0, right.stdout + right.stderr
+    assert json.loads(right.stdout)["outcome"] == "pass"
+    wrong = backintel(folder, "score", "--scenario", scenario, answer(126.01))
+    assert wrong.returncode == 1
+    assert json.loads(wrong.stdout)["outcome"] in {"wrong_value", "unsupported_evidence"}
+
+
+def test_the_shipped_benchmark_runs_from_another_repository(tmp_path: Path) -> None:
+    """`--pyargs scenarios` collects the installed suites, manifests included, and runs them
+    with data and records under this folder."""
+    run = subprocess.run(
+        [str(BIN / "pytest"), "--pyargs", "scenarios", "-m", "regression", "-p", "no:xdist"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(r"\b\d+ passed\b", run.stdout)
+    records = next((tmp_path / "results").glob("*/records.jsonl")).read_text().splitlines()
+    nodeids = {json.loads(r)["nodeid"] for r in records}
+    assert any("original-regression.json" in n for n in nodeids), nodeids
+    assert (tmp_path / "data" / "worlds").is_dir()
+
+
+def test_validate_runs_check_queries_on_a_registered_world_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shipped = Path(__file__).resolve().parents[1] / "scenarios" / "definitions" / "level1"
+    good = shipped / "l1-delivered-orders.scenario.yaml"
+    bad = tmp_path / "bad.scenario.yaml"
+    bad.write_text(
+        good.read_text()
+        .replace("id: l1-delivered-orders", "id: l1-bad")
+        .replace("FROM orders", "FROM order_lines")
+    )
+    assert main(["validate", str(bad)]) == 0  # parses; the world is not built unless asked
+    assert main(["validate", "--world-queries", str(good)]) == 0
+    assert main(["validate", "--world-queries", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert re.search(
+        rf"{bad}:\d+: check_sql: does not run on the bound world olist \(sqlite\): .*order_lines",
+        err,
+    ), err

@@ -1,0 +1,138 @@
+"""docs/own-data.md, executed: the project is built from the tutorial's own code blocks in an
+empty folder and every command it shows is run there with the installed plugin."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "own-data.md"
+FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+BIN = Path(sys.executable).parent
+
+UNANSWERABLE = {"gross-margin", "customer-age"}
+ANSWERABLE = {"delivered-orders", "delivered-revenue", "canceled-share"}
+
+
+def tutorial() -> tuple[dict[str, str], list[str]]:
+    """The tutorial's files (blocks with `file=PATH`, or `append=PATH` to add to one) and its
+    commands (`console` blocks)."""
+    files: dict[str, str] = {}
+    commands: list[str] = []
+    for lang, info, body in FENCE.findall(DOC.read_text()):
+        name = re.search(r"(file|append)=(\S+)", info)
+        if name:
+            path = name.group(2)
+            files[path] = (files.get(path, "") if name.group(1) == "append" else "") + body
+        elif lang == "console":
+            commands += [line[2:] for line in body.splitlines() if line.startswith("$ ")]
+    return files, commands
+
+
+def run(folder: Path, command: str) -> subprocess.CompletedProcess[str]:
+    """A tutorial command as a user runs it (`uv run X` is X from this environment)."""
+    argv = command.split()
+    assert argv[:2] == ["uv", "run"], command
+    tool = argv[2]
+    exe = sys.executable if tool == "python" else str(BIN / tool)
+    return subprocess.run(
+        [exe, *argv[3:]], cwd=folder, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def outcomes(folder: Path, run_id: str) -> dict[str, str]:
+    lines = (folder / "results" / run_id / "records.jsonl").read_text().splitlines()
+    return {r["scenario_id"]: r["outcome"] for r in map(json.loads, lines)}
+
+
+EXPECTED_CODES = [
+    ("uv run python make_shop.py", 0),
+    ("uv run backintel validate scenarios", 1),
+    ("uv run backintel references build", 0),
+    ("uv run backintel validate scenarios", 0),
+    ("uv run pytest scenarios --run-id reference", 0),
+    ("uv run pytest scenarios --analyst refuse-all --run-id refuse-all", 1),
+    ("uv run pytest scenarios --analyst perturbed --run-id perturbed", 1),
+    ("uv run pytest scenarios --analyst my_agent:keyword_analyst --run-id mine", 1),
+    ("uv run backintel report results/mine", 0),
+    ("uv run backintel compare results/reference results/mine", 1),
+    ("uv run backintel schema --out scenario.schema.json", 0),
+]
+
+
+def installed_tree() -> list[tuple[str, int, int]]:
+    """Every file of the installed packages (bytecode caches aside), to show none is added."""
+    import importlib.util
+
+    out = []
+    for name in ("pytest_backintel", "analyst", "scenarios", "stores", "reports"):
+        spec = importlib.util.find_spec(name)
+        assert spec is not None
+        assert spec.origin is not None
+        base = Path(spec.origin).parent
+        for path in sorted(base.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                st = path.stat()
+                out.append((str(path), st.st_size, st.st_mtime_ns))
+    return out
+
+
+def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
+    files, commands = tutorial()
+    assert commands[:2] == ["uv init --bare", "uv add --dev ../backintel-bench"]
+    assert [c for c, _ in EXPECTED_CODES] == commands[2:], "the tutorial's commands changed"
+    before = installed_tree()
+    project = tmp_path / "shop-bench"
+    project.mkdir()
+    # what `uv init --bare` writes; `uv add` only adds the dependency (installed here already)
+    init = '[project]\nname = "shop-bench"\nversion = "0.1.0"\nrequires-python = ">=3.11"\n'
+    (project / "pyproject.toml").write_text(init)
+    for name, body in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        with (project / name).open("a") as f:
+            f.write(body)
+    for command, code in EXPECTED_CODES:
+        result = run(project, command)
+        assert result.returncode == code, f"{command}:\n{result.stdout}\n{result.stderr}"
+        if command.startswith("uv run backintel validate") and code == 1:
+            missing = [ln for ln in result.stderr.splitlines() if "no lock file" in ln]
+            assert len(missing) == len(ANSWERABLE), result.stderr
+            assert all(re.match(r".*\.scenario\.yaml:\d+: reference: ", ln) for ln in missing)
+
+    lock = json.loads((project / "scenarios" / "backintel.lock.json").read_text())
+    assert set(lock["scenarios"]) == ANSWERABLE
+    values = {sid: entry["values"] for sid, entry in lock["scenarios"].items()}
+    assert values == {
+        "delivered-orders": {"delivered_orders": 4},
+        "delivered-revenue": {"delivered_revenue": 126.0},
+        "canceled-share": {"canceled_share": 0.2},
+    }
+    assert outcomes(project, "reference") == dict.fromkeys(ANSWERABLE | UNANSWERABLE, "pass")
+    refuse = outcomes(project, "refuse-all")
+    assert {s for s, o in refuse.items() if o == "pass"} == UNANSWERABLE
+    assert {refuse[s] for s in ANSWERABLE} == {"false_refusal"}
+    perturbed = outcomes(project, "perturbed")
+    assert {perturbed[s] for s in ANSWERABLE} == {"wrong_value"}
+    assert {perturbed[s] for s in UNANSWERABLE} == {"pass"}
+    assert outcomes(project, "mine") == {
+        "delivered-orders": "pass",
+        "delivered-revenue": "false_refusal",
+        "canceled-share": "false_refusal",
+        "gross-margin": "unhelpful_refusal",
+        "customer-age": "unhelpful_refusal",
+    }
+    assert (project / "results" / "mine" / "scorecard.md").exists()
+    schema = json.loads((project / "scenario.schema.json").read_text())
+    for path in sorted((project / "scenarios").glob("*.scenario.yaml")):
+        jsonschema.validate(yaml.safe_load(path.read_text()), schema)  # what an editor checks
+    with pytest.raises(jsonschema.ValidationError, match="famly"):
+        jsonschema.validate({**yaml.safe_load(path.read_text()), "famly": "x"}, schema)
+    assert (project / "data" / "stores").is_dir()  # built stores live in the project
+    assert installed_tree() == before, "something was written into the installed package"
