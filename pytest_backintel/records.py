@@ -26,6 +26,7 @@ __all__ = [
     "merge_parts",
     "new_run_id",
     "package_versions",
+    "read_json",
     "read_records",
     "write_json",
 ]
@@ -92,6 +93,15 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     tmp.replace(path)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`, or {} when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 class RecordWriter:

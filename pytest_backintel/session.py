@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 from collections import Counter
 from collections.abc import Mapping
@@ -31,17 +29,24 @@ from pytest_backintel.html_report import RECORD_KEY, junit_properties
 from pytest_backintel.item_python import ItemPython
 from pytest_backintel.judging import check_judge, judge_trial
 from pytest_backintel.manifests import manifest_reference
+from pytest_backintel.method_hash import analyst_method_hash
 from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, read_options
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records import (
     RecordWriter,
     git_state,
-    hash_files,
     merge_parts,
     new_run_id,
     now_iso,
     package_versions,
+    read_json,
     write_json,
+)
+from pytest_backintel.run_folder import (
+    check_run_folder,
+    model_api_of,
+    preflight,
+    records_summary,
 )
 from pytest_backintel.sandbox.base import SandboxProvider
 from pytest_backintel.sandbox.registry import (
@@ -50,6 +55,7 @@ from pytest_backintel.sandbox.registry import (
     load_provider_class,
 )
 from pytest_backintel.scenario import Scenario, Split
+from pytest_backintel.streak import ProviderStreak
 from pytest_backintel.trial import run_trial
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
@@ -81,6 +87,8 @@ class BenchSession:
         self._sandboxes: SandboxProvider | None = None
         self._tracing: Tracing | None = None
         self.budget = RunBudget(self.run_dir, self.options.run_limits)
+        self.streak = ProviderStreak(self.run_dir, self.options.max_provider_failures)
+        self._header: dict[str, Any] = {}
         self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
         self.reserved_cases: dict[str, set[str]] = {}
         """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
@@ -183,6 +191,10 @@ class BenchSession:
             self.analyst  # noqa: B018 - load once, report a bad --analyst as a usage error
         except AnalystLoadError as exc:
             raise pytest.UsageError(str(exc)) from exc
+        if not self.config.option.collectonly:
+            preflight(self.analyst, self.options)
+            if self.is_controller and not (self.run_dir / "run.json").exists():
+                write_json(self.run_dir / "run.json", self._header)
         reserved = [i for i in scenario_items if i.scenario.split is Split.RESERVED]
         if not self.options.freeze:
             for item in reserved:
@@ -213,7 +225,10 @@ class BenchSession:
         and cassette, attach JUnit properties, fail unless it passed."""
         key, scenario = case_key(item.scenario.id, item.trial), item.scenario
         with self.tracing.trial(item.nodeid, key) as span:
-            result = self.budget.gate(scenario, item.trial, store.display_id) or run_trial(
+            result = (
+                self.streak.gate(scenario, item.trial, store.display_id)
+                or self.budget.gate(scenario, item.trial, store.display_id)
+            ) or run_trial(
                 scenario,
                 item.trial,
                 store,
@@ -227,13 +242,14 @@ class BenchSession:
             )
             span.finish(result.score.outcome.value)
         cost = self.budget.settle(self.analyst.kind, self.options.model, result.run)
+        self.streak.settle(result.score.outcome)
         if self.options.record:
             write_cassette(self.run_dir, key, result.run)
         judge = judge_trial(self.options.judge_model, self.options.model, scenario, result.run)
         extra = {"trace_id": span.trace_id, "cost_usd": cost, "case_key": key, "judge": judge}
         self.write_record(item, result.score.outcome.value, result.to_record() | extra)
         if result.score.outcome is Outcome.NOT_RUN:
-            pytest.skip("not run")
+            pytest.skip(result.score.reasons[0].message if result.score.reasons else "not run")
         if not result.score.outcome.passed:
             raise ScenarioFailure(result)
 
@@ -283,13 +299,8 @@ class BenchSession:
 
     # -- run folder ------------------------------------------------------------------------
     def method_hash(self) -> str | None:
-        """Hash over the default analyst's prompt, skills and tool code."""
-        spec = importlib.util.find_spec("analyst")
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        base = Path(next(iter(spec.submodule_search_locations)))
-        files = [p for p in base.rglob("*") if p.suffix in {".py", ".md"} and p.is_file()]
-        return hash_files(files, base)
+        """Hash over the analyst actually run (see `pytest_backintel.method_hash`)."""
+        return analyst_method_hash(self.options)
 
     def run_header(self) -> dict[str, Any]:
         opts = self.options
@@ -306,6 +317,7 @@ class BenchSession:
             },
             "model": opts.model,
             "model_base_url": opts.model_base_url,
+            "model_api": model_api_of(opts),
             "store_backend": opts.store,
             "sandbox": self.sandbox_description(),
             "trials": opts.trials,
@@ -336,7 +348,8 @@ class BenchSession:
     def start(self) -> None:
         if not self.is_controller:
             return
-        header = self.run_header()
+        header = self._header = self.run_header()
+        header["appended_to"] = check_run_folder(self.run_dir, self.options.append_run)
         if self.options.freeze:
             try:
                 check_candidate(header["git"])
@@ -348,8 +361,9 @@ class BenchSession:
                 )
             except FreezeError as exc:
                 raise pytest.UsageError(str(exc)) from exc
-        write_json(self.run_dir / "run.json", header)
-        self.budget.reset()
+            write_json(self.run_dir / "run.json", header)
+        if self.budget.path.exists() and not self.options.append_run:
+            self.budget.reset()
 
     def finish(self, exitstatus: int) -> None:
         self.writer.close()
@@ -358,23 +372,19 @@ class BenchSession:
         self.backends.teardown()
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
-        if not self.is_controller:
+        if not self.is_controller or not self.run_dir.exists():
             return
         from pytest_backintel.tracing import merge_traces
 
         records = merge_parts(self.run_dir) if (self.run_dir / "parts").exists() else []
-        header = self.run_header() | _read_json(self.run_dir / "run.json")
-        scen = sorted({f"{r['scenario_id']}@{r.get('scenario_sha', '')}" for r in records})
+        earlier = read_json(self.run_dir / "run.json")
+        header = self.run_header() | self._header | earlier | records_summary(records)
+        if self.options.append_run and earlier.get("started_at") != self._header["started_at"]:
+            header["appended"] = [*earlier.get("appended", []), self._header["appended_to"]]
         header.update(
             {
                 "finished_at": now_iso(),
                 "exit_status": exitstatus,
-                "scenario_hash": hashlib.sha256("\n".join(scen).encode()).hexdigest(),
-                "data_hashes": dict(
-                    sorted({(r["world"], r["data_hash"]) for r in records if r.get("data_hash")})
-                ),
-                "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
-                "trials_recorded": len(records),
                 "freeze_check": verify_lock(self.run_dir),
                 "spans": merge_traces(self.run_dir),
                 "budget_spent": self.budget.totals() if self.budget.limits.active else None,
@@ -382,16 +392,6 @@ class BenchSession:
         )
         write_json(self.run_dir / "run.json", header)
         self.outcomes = Counter(r["outcome"] for r in records)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    import json
-
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 SESSION_KEY = pytest.StashKey[BenchSession]()

@@ -1,0 +1,80 @@
+"""Checks made before a run writes anything: the run folder, the analyst's model.
+
+`check_run_folder` refuses a `--run-id` whose folder already holds records unless
+`--append-run` was given. `preflight` runs the analyst's own `check()` (the model analyst
+resolves its model, which needs the provider's package and key, and checks that a base URL
+answers) so a bad model configuration is one usage error before the first item.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_backintel.options import BenchOptions
+from pytest_backintel.records import now_iso, read_records
+
+__all__ = ["check_run_folder", "model_api_of", "preflight", "records_in", "records_summary"]
+
+
+def records_in(run_dir: Path) -> int:
+    """How many trial records the folder holds (merged or still in worker parts)."""
+    merged = run_dir / "records.jsonl"
+    if merged.is_file():
+        return len(read_records(merged))
+    return sum(len(read_records(p)) for p in sorted((run_dir / "parts").glob("records-*.jsonl")))
+
+
+def check_run_folder(run_dir: Path, append: bool) -> dict[str, Any] | None:
+    """None for a fresh folder; with `--append-run`, what this run appends to; otherwise a
+    folder with records is refused with a usage error."""
+    found = records_in(run_dir) if run_dir.is_dir() else 0
+    if not found:
+        return None
+    if not append:
+        raise pytest.UsageError(
+            f"run folder {run_dir} already holds {found} trial records from an earlier run: "
+            "choose another --run-id (or leave it out for a fresh one), or pass --append-run "
+            "to add this run's trials to it"
+        )
+    return {"at": now_iso(), "records_before": found}
+
+
+def model_api_of(opts: BenchOptions) -> str | None:
+    """The API the model analyst reaches its model through (None without a model)."""
+    if opts.model is None or opts.analyst != "model":
+        return None
+    from analyst.models import model_api
+
+    return model_api(opts.model, opts.model_base_url)
+
+
+def preflight(analyst: object, opts: BenchOptions) -> None:
+    """The analyst's `check()`, if it has one, with any failure as one usage error."""
+    check = getattr(analyst, "check", None)
+    if not callable(check):
+        return
+    try:
+        check()
+    except Exception as exc:  # a missing key, package or server: the user's to fix
+        what = f"--model {opts.model}" if opts.model else f"--analyst {opts.analyst}"
+        raise pytest.UsageError(f"backintel: {what} cannot be used: {exc}") from exc
+
+
+def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `run.json` fields computed from the run's records."""
+    scen = sorted({f"{r['scenario_id']}@{r.get('scenario_sha', '')}" for r in records})
+    unmetered = sum(1 for r in records if (r.get("usage") or {}).get("tokens_reported") is False)
+    return {
+        "scenario_hash": hashlib.sha256("\n".join(scen).encode()).hexdigest(),
+        "data_hashes": dict(
+            sorted({(r["world"], r["data_hash"]) for r in records if r.get("data_hash")})
+        ),
+        "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
+        "trials_recorded": len(records),
+        "usage_unreported_trials": unmetered,
+    }
