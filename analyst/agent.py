@@ -29,7 +29,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RunUsage, UsageLimits
 
-from analyst.retries import RETRY_LOG, RetryingModel
+from analyst.retries import RETRY_LOG, RetryingModel, RetryPolicy
 from analyst.tools import AnalystDeps, analyst_tools, skill_catalog
 from pytest_backintel.analyst_api import (
     AnalystKind,
@@ -139,11 +139,8 @@ def _tool_calls(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
 
 
 def _unreported(messages: Sequence[ModelMessage]) -> bool:
-    """Whether a response came back without token counts (a real prompt is never 0 tokens)."""
-    return any(
-        isinstance(m, ModelResponse) and not (m.usage.input_tokens or m.usage.output_tokens)
-        for m in messages
-    )
+    """Whether a response came back without token counts (Pydantic AI marks it unmeasured)."""
+    return any(isinstance(m, ModelResponse) and m.usage.unmeasured_requests for m in messages)
 
 
 def _usage(run_usage: RunUsage, messages: Sequence[ModelMessage]) -> Usage:
@@ -301,18 +298,21 @@ class ModelAnalyst:
         *,
         name: str | None = None,
         check: Callable[[], None] = lambda: None,
+        retry_policy: RetryPolicy | None = None,
     ) -> None:
         self.model = model
         self.name = name or _model_label(model)
         self._agent = build_agent()
         self._resolved: Model | None = None
         self._check = check
+        self._retry_policy = retry_policy
 
     def resolve(self) -> Model:
         """The model with prices and recorded retries; a model string is resolved here, once
         (which needs its provider's package and key)."""
         if self._resolved is None:
-            self._resolved = RetryingModel(_priced(infer_model(self.model), self.name))
+            priced = _priced(infer_model(self.model), self.name)
+            self._resolved = RetryingModel(priced, self._retry_policy)
         return self._resolved
 
     def check(self) -> None:

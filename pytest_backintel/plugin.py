@@ -86,7 +86,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     bench = terminalreporter.config.stash[SESSION_KEY]
-    for line in summary_lines(bench.outcomes, bench.run_dir):
+    stop = bench.streak.message() if bench.run_dir.exists() else None
+    for line in summary_lines(bench.outcomes, bench.run_dir, bench.records, stop):
         terminalreporter.write_line(line)
 
 

@@ -82,6 +82,7 @@ class BenchSession:
         self.run_dir = (self.root / self.options.results_dir / self.run_id).resolve()
         self.writer = RecordWriter(self.run_dir, self.worker)
         self.outcomes: Counter[str] = Counter()
+        self.records: list[dict[str, Any]] = []
         self._analyst: Analyst | None = None
         self.backends = StoreBackends(lambda: self.data_dir)
         self._sandboxes: SandboxProvider | None = None
@@ -392,6 +393,7 @@ class BenchSession:
         )
         write_json(self.run_dir / "run.json", header)
         self.outcomes = Counter(r["outcome"] for r in records)
+        self.records = records
 
 
 SESSION_KEY = pytest.StashKey[BenchSession]()
