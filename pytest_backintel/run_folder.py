@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,11 @@ def model_api_of(opts: BenchOptions) -> str | None:
     return model_api(opts.model, opts.model_base_url)
 
 
-def preflight(analyst: object, opts: BenchOptions) -> None:
-    """The analyst's `check()`, if it has one, with any failure as one usage error."""
+def preflight(analyst: object, opts: BenchOptions, sandbox: Callable[[], object]) -> None:
+    """Before the first item: the sandbox can run (`sandbox()` raises a usage error naming
+    the fix when it cannot), and the analyst's `check()`, if it has one, passes (any failure
+    is one usage error)."""
+    sandbox()
     check = getattr(analyst, "check", None)
     if not callable(check):
         return

@@ -48,7 +48,7 @@ from pytest_backintel.run_folder import (
     preflight,
     records_summary,
 )
-from pytest_backintel.sandbox.base import SandboxProvider
+from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
 from pytest_backintel.sandbox.registry import (
     UnknownSandboxError,
     create_provider,
@@ -118,9 +118,9 @@ class BenchSession:
             workdir = self.data_dir / "sandbox" / f"{os.getpid()}"
             try:
                 provider = create_provider(self.options.sandbox, workdir)
-            except UnknownSandboxError as exc:
-                raise pytest.UsageError(str(exc)) from exc
-            provider.setup_session()
+                provider.setup_session()
+            except (UnknownSandboxError, SandboxUnavailable) as exc:
+                raise pytest.UsageError(f"backintel: {exc}") from exc
             self._sandboxes = provider
         return self._sandboxes
 
@@ -193,7 +193,7 @@ class BenchSession:
         except AnalystLoadError as exc:
             raise pytest.UsageError(str(exc)) from exc
         if not self.config.option.collectonly:
-            preflight(self.analyst, self.options)
+            preflight(self.analyst, self.options, lambda: self.sandboxes)
             if self.is_controller and not (self.run_dir / "run.json").exists():
                 write_json(self.run_dir / "run.json", self._header)
         reserved = [i for i in scenario_items if i.scenario.split is Split.RESERVED]
