@@ -11,15 +11,24 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_backintel.analyst_api import AnalystLimits
 from pytest_backintel.options import BenchOptions
-from pytest_backintel.records import now_iso, read_records
+from pytest_backintel.records import now_iso, read_json, read_records
 
-__all__ = ["check_run_folder", "model_api_of", "preflight", "records_in", "records_summary"]
+__all__ = [
+    "check_run_folder",
+    "model_api_of",
+    "preflight",
+    "records_in",
+    "records_summary",
+    "replayed",
+]
 
 
 def records_in(run_dir: Path) -> int:
@@ -82,3 +91,19 @@ def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "trials_recorded": len(records),
         "usage_unreported_trials": unmetered,
     }
+
+
+def replayed(opts: BenchOptions) -> BenchOptions:
+    """For `--analyst replay:DIR`: the recorded run's model id and per-trial limits, so the
+    replay is measured under the limits the recording was (a run folder or its cassettes)."""
+    if not opts.analyst.startswith("replay:"):
+        return opts
+    folder = Path(opts.analyst.removeprefix("replay:"))
+    recorded = read_json(folder / "run.json") or read_json(folder.parent / "run.json")
+    if not recorded:
+        return opts
+    limits = recorded.get("limits")
+    known = set(AnalystLimits.__dataclass_fields__)
+    if isinstance(limits, dict) and set(limits) <= known:
+        opts = replace(opts, limits=AnalystLimits(**limits))
+    return replace(opts, model=recorded.get("model") or opts.model)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_backintel import __version__
+from pytest_backintel import __version__, run_folder
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.analysts import AnalystLoadError, analyst_label, load_analyst, spec_kind
 from pytest_backintel.backends import StoreBackends, store_spec
@@ -42,12 +42,6 @@ from pytest_backintel.records import (
     read_json,
     write_json,
 )
-from pytest_backintel.run_folder import (
-    check_run_folder,
-    model_api_of,
-    preflight,
-    records_summary,
-)
 from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
 from pytest_backintel.sandbox.registry import (
     UnknownSandboxError,
@@ -70,7 +64,7 @@ class BenchSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.options: BenchOptions = read_options(config)
+        self.options: BenchOptions = run_folder.replayed(read_options(config))
         check_judge(self.options.judge_model, self.options.model)
         self.root = config.rootpath
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
@@ -193,7 +187,7 @@ class BenchSession:
         except AnalystLoadError as exc:
             raise pytest.UsageError(str(exc)) from exc
         if not self.config.option.collectonly:
-            preflight(self.analyst, self.options, lambda: self.sandboxes)
+            run_folder.preflight(self.analyst, self.options, lambda: self.sandboxes)
             if self.is_controller and not (self.run_dir / "run.json").exists():
                 write_json(self.run_dir / "run.json", self._header)
         reserved = [i for i in scenario_items if i.scenario.split is Split.RESERVED]
@@ -318,7 +312,7 @@ class BenchSession:
             },
             "model": opts.model,
             "model_base_url": opts.model_base_url,
-            "model_api": model_api_of(opts),
+            "model_api": run_folder.model_api_of(opts),
             "store_backend": opts.store,
             "sandbox": self.sandbox_description(),
             "trials": opts.trials,
@@ -350,7 +344,7 @@ class BenchSession:
         if not self.is_controller:
             return
         header = self._header = self.run_header()
-        header["appended_to"] = check_run_folder(self.run_dir, self.options.append_run)
+        header["appended_to"] = run_folder.check_run_folder(self.run_dir, self.options.append_run)
         if self.options.freeze:
             try:
                 check_candidate(header["git"])
@@ -379,7 +373,7 @@ class BenchSession:
 
         records = merge_parts(self.run_dir) if (self.run_dir / "parts").exists() else []
         earlier = read_json(self.run_dir / "run.json")
-        header = self.run_header() | self._header | earlier | records_summary(records)
+        header = self.run_header() | self._header | earlier | run_folder.records_summary(records)
         if self.options.append_run and earlier.get("started_at") != self._header["started_at"]:
             header["appended"] = [*earlier.get("appended", []), self._header["appended_to"]]
         header.update(

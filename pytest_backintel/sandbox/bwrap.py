@@ -110,8 +110,10 @@ class BwrapProvider(SandboxProvider):
         self._exe = exe
         self._base, self._interpreter, self._site = python_paths()
         self._shipped = write_shipped(self.session_dir / "shipped", self._interpreter)
+        # the sandbox's own interpreter by its path: the host PATH may not exist inside
+        check = [str(self._interpreter), "-I", "-S", "-c", "pass"]
         probe = subprocess.run(
-            [exe, "--unshare-all", "--die-with-parent", *self._root_base(), "true"],
+            [exe, "--unshare-all", "--die-with-parent", *self._root_base(), *check],
             capture_output=True,
             text=True,
             timeout=30,
