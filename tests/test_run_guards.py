@@ -207,3 +207,38 @@ def test_the_method_hash_covers_the_custom_analysts_own_files(pytester: pytest.P
     assert first["method_hash"]
     assert second["method_hash"]
     assert first["method_hash"] != second["method_hash"]
+
+
+# -- replay and progress -----------------------------------------------------------------------
+
+
+def test_a_replay_keeps_the_recorded_model_id_and_limits(
+    pytester: pytest.Pytester, model_server: ModelServer
+) -> None:
+    scenario = load_scenario_file(FEW[0])
+    metric, sql = script_first(model_server, FEW[0], Step.prose("unused"))
+    model_server.reset()
+    evidence = [{"id": "e1", "kind": "sql", "code": sql, "metrics": [metric]}]
+    answer = Step.answer([{"name": metric, "value": 1, "unit": scenario.metrics[0].unit}], evidence)
+    model_server.script(f"`{metric}`", [Step.call("list_tables"), answer])
+    model = ("--model", "openai:qwen3", "--model-base-url", model_server.url)
+    bench(pytester, *model, "--max-tool-calls", "17", "--record", "--run-id", "rec", paths=[FEW[0]])
+    recorded = pytester.path / "results" / "rec"
+    bench(pytester, "--analyst", f"replay:{recorded}", "--run-id", "rep", paths=[FEW[0]])
+    replay = run_json(pytester, "rep")
+    assert replay["model"] == "openai:qwen3"
+    assert replay["limits"]["max_tool_calls"] == 17
+    assert records_of(pytester, "rep")[0]["model"] == "openai:qwen3"
+
+
+def test_progress_lines_name_each_case_and_its_usage_and_quiet_hides_them(
+    pytester: pytest.Pytester,
+) -> None:
+    shown = bench(pytester, "--run-id", "p1").stdout.str()
+    assert "backintel: running scenario l1-item-grain v1 trial 1" in shown
+    assert "backintel: l1-item-grain t1: pass in " in shown
+    assert " requests, " in shown
+    assert "backintel: pass rate by level: 1 2/2 (100%), 3 1/1 (100%)" in shown
+    quiet = bench(pytester, "--run-id", "p2", "-q").stdout.str()
+    assert "backintel: running" not in quiet
+    assert "backintel: l1-item-grain t1" not in quiet
