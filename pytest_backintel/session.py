@@ -182,10 +182,7 @@ class BenchSession:
         scenario_items = [i for i in items if isinstance(i, ScenarioItem)]
         if not scenario_items:
             return
-        try:
-            self.analyst  # noqa: B018 - load once, report a bad --analyst as a usage error
-        except AnalystLoadError as exc:
-            raise pytest.UsageError(str(exc)) from exc
+        self.check_analyst()
         if not self.config.option.collectonly:
             run_folder.preflight(self.analyst, self.options, lambda: self.sandboxes)
             if self.is_controller and not (self.run_dir / "run.json").exists():
@@ -211,6 +208,15 @@ class BenchSession:
             plan_items(self.run_dir, entry, selected, self.reserved_cases, manifests)
         except FreezeError as exc:
             raise pytest.UsageError(str(exc)) from exc
+
+    def check_analyst(self, model: bool = False) -> None:
+        """Load the analyst (a usage error if bad); with `model` check its model too."""
+        try:
+            self.analyst  # noqa: B018
+        except AnalystLoadError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        if model:
+            run_folder.preflight(self.analyst, self.options, lambda: None)
 
     # -- items ----------------------------------------------------------------------------
     def run_item(
@@ -293,10 +299,6 @@ class BenchSession:
         )
 
     # -- run folder ------------------------------------------------------------------------
-    def method_hash(self) -> str | None:
-        """Hash over the analyst actually run (see `pytest_backintel.method_hash`)."""
-        return analyst_method_hash(self.options)
-
     def run_header(self) -> dict[str, Any]:
         opts = self.options
         calibration = opts.analyst in CALIBRATION_ANALYSTS
@@ -321,7 +323,7 @@ class BenchSession:
             "record": opts.record,
             "freeze": None,
             "git": git_state(self.root),
-            "method_hash": self.method_hash(),
+            "method_hash": analyst_method_hash(self.options),
             "packages": package_versions(),
             "args": list(self.config.invocation_params.args),
         }
@@ -331,7 +333,7 @@ class BenchSession:
         opts = self.options
         return {
             "git_sha": git_state(self.root)["sha"],
-            "method_hash": self.method_hash(),
+            "method_hash": analyst_method_hash(self.options),
             "analyst": opts.analyst,
             "model": opts.model,
             "model_base_url": opts.model_base_url,
@@ -343,6 +345,8 @@ class BenchSession:
     def start(self) -> None:
         if not self.is_controller:
             return
+        if self.config.pluginmanager.has_plugin("dsession") and self.options.analyst != "reference":
+            self.check_analyst(model=not self.config.option.collectonly)
         header = self._header = self.run_header()
         header["appended_to"] = run_folder.check_run_folder(self.run_dir, self.options.append_run)
         if self.options.freeze:
