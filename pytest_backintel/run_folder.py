@@ -67,15 +67,14 @@ def preflight(analyst: object, opts: BenchOptions, sandbox: Callable[[], object]
     """Before the first item: the sandbox can run (`sandbox()` raises a usage error naming
     the fix when it cannot), and the analyst's `check()`, if it has one, passes (any failure
     is one usage error)."""
-    sandbox()
     check = getattr(analyst, "check", None)
-    if not callable(check):
-        return
     try:
-        check()
+        if callable(check):
+            check()
     except Exception as exc:  # a missing key, package or server: the user's to fix
         what = f"--model {opts.model}" if opts.model else f"--analyst {opts.analyst}"
         raise pytest.UsageError(f"backintel: {what} cannot be used: {exc}") from exc
+    sandbox()
 
 
 def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
