@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic_ai import Agent, ModelRetry, capture_run_messages
-from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded
+from pydantic_ai.exceptions import ModelAPIError, UnexpectedModelBehavior, UsageLimitExceeded
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -29,6 +29,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RunUsage, UsageLimits
 
+from analyst.retries import RETRY_LOG, RetryingModel, RetryPolicy
 from analyst.tools import AnalystDeps, analyst_tools, skill_catalog
 from pytest_backintel.analyst_api import (
     AnalystKind,
@@ -37,6 +38,7 @@ from pytest_backintel.analyst_api import (
     AnalystTask,
     AnalystTimeout,
     BudgetExceeded,
+    ProviderError,
     Usage,
 )
 from pytest_backintel.contract import AnalystAnswer, Refusal
@@ -136,12 +138,18 @@ def _tool_calls(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
     ]
 
 
-def _usage(run_usage: RunUsage) -> Usage:
+def _unreported(messages: Sequence[ModelMessage]) -> bool:
+    """Whether a response came back without token counts (Pydantic AI marks it unmeasured)."""
+    return any(isinstance(m, ModelResponse) and m.usage.unmeasured_requests for m in messages)
+
+
+def _usage(run_usage: RunUsage, messages: Sequence[ModelMessage]) -> Usage:
     return Usage(
         requests=run_usage.requests,
         input_tokens=run_usage.input_tokens,
         output_tokens=run_usage.output_tokens,
         tool_calls=run_usage.tool_calls,
+        tokens_reported=not _unreported(messages),
     )
 
 
@@ -153,6 +161,21 @@ def _usage_from_messages(messages: Sequence[ModelMessage]) -> Usage:
         input_tokens=sum(r.usage.input_tokens for r in responses),
         output_tokens=sum(r.usage.output_tokens for r in responses),
         tool_calls=len(_tool_calls(messages)),
+        tokens_reported=not _unreported(messages),
+    )
+
+
+def _partial(
+    messages: Sequence[ModelMessage], retries: list[dict[str, Any]], error: str
+) -> AnalystRun:
+    """What a run that stopped early had spent: usage, messages, tool calls, retries."""
+    return AnalystRun(
+        output=None,
+        usage=_usage_from_messages(messages),
+        messages=dump_messages(messages),
+        tool_calls=_tool_calls(messages),
+        error=error,
+        provider_retries=list(retries),
     )
 
 
@@ -160,6 +183,8 @@ async def _run(
     agent: AnalystAgent, task: AnalystTask, make_model: Callable[[AnalystDeps], Model | str]
 ) -> AnalystRun:
     deps = AnalystDeps(task.connect, task.run_python)
+    retries: list[dict[str, Any]] = []
+    token = RETRY_LOG.set(retries)
     timed_out = False
     try:
         with capture_run_messages() as messages:
@@ -176,35 +201,33 @@ async def _run(
                 if not timer.expired():
                     raise
                 timed_out = True
-                raise AnalystTimeout(
+                why = (
                     f"the analyst ran past its wall-clock limit of {task.limits.wall_time_s}s "
                     f"after {len(messages)} messages"
-                ) from exc
+                )
+                raise AnalystTimeout(why, run=_partial(messages, retries, why)) from exc
             except UsageLimitExceeded as exc:
-                partial = AnalystRun(
-                    output=None,
-                    usage=_usage_from_messages(messages),
-                    messages=dump_messages(messages),
-                    tool_calls=_tool_calls(messages),
-                    error=f"usage limit reached: {exc}",
+                why = f"usage limit reached: {exc}"
+                raise BudgetExceeded(why, run=_partial(messages, retries, why)) from exc
+            except ModelAPIError as exc:
+                why = (
+                    f"the model provider failed after {len(retries)} recorded attempt(s): "
+                    f"{type(exc).__name__}: {exc}"
                 )
-                raise BudgetExceeded(f"usage limit reached: {exc}", run=partial) from exc
+                raise ProviderError(why, run=_partial(messages, retries, why)) from exc
             except UnexpectedModelBehavior as exc:
-                return AnalystRun(
-                    output=None,
-                    usage=_usage_from_messages(messages),
-                    messages=dump_messages(messages),
-                    tool_calls=_tool_calls(messages),
-                    error=f"the model ended without a contract answer: {exc}",
-                )
+                why = f"the model ended without a contract answer: {exc}"
+                return _partial(messages, retries, why)
     finally:
+        RETRY_LOG.reset(token)
         deps.close(wait=not timed_out)
     history = result.all_messages()
     return AnalystRun(
         output=result.output,
-        usage=_usage(result.usage),
+        usage=_usage(result.usage, history),
         messages=dump_messages(history),
         tool_calls=_tool_calls(history),
+        provider_retries=retries,
     )
 
 
@@ -224,8 +247,9 @@ def run_agent(
 ) -> AnalystRun:
     """Run `agent` on `task` with the model `make_model(deps)` returns for this run.
 
-    Raises `BudgetExceeded` or `AnalystTimeout` for the limits; a run that ends without a
-    contract answer returns `AnalystRun(output=None, error=...)`.
+    Raises `BudgetExceeded` or `AnalystTimeout` for the limits and `ProviderError` when the
+    model's service failed after retries, each carrying what the run had spent; a run that ends
+    without a contract answer returns `AnalystRun(output=None, error=...)`.
     """
     return _run_blocking(lambda: _run(agent, task, make_model))
 
@@ -268,14 +292,34 @@ class ModelAnalyst:
 
     kind: AnalystKind = "model"
 
-    def __init__(self, model: Model | str, *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        model: Model | str,
+        *,
+        name: str | None = None,
+        check: Callable[[], None] = lambda: None,
+        retry_policy: RetryPolicy | None = None,
+    ) -> None:
         self.model = model
         self.name = name or _model_label(model)
         self._agent = build_agent()
         self._resolved: Model | None = None
+        self._check = check
+        self._retry_policy = retry_policy
+
+    def resolve(self) -> Model:
+        """The model with prices and recorded retries; a model string is resolved here, once
+        (which needs its provider's package and key)."""
+        if self._resolved is None:
+            priced = _priced(infer_model(self.model), self.name)
+            self._resolved = RetryingModel(priced, self._retry_policy)
+        return self._resolved
+
+    def check(self) -> None:
+        """Before the first item: resolve the model and check its server can be reached."""
+        self.resolve()
+        self._check()
 
     def answer(self, task: AnalystTask) -> AnalystRun:
-        if self._resolved is None:  # once, on first use: a model string needs its provider's key
-            self._resolved = _priced(infer_model(self.model), self.name)
-        resolved = self._resolved
+        resolved = self.resolve()
         return run_agent(self._agent, task, lambda _deps: resolved)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What CI runs. Reads as if the machine were new: installs uv, bubblewrap and Chromium, starts
-# PostgreSQL, then lints and runs the README's two commands (tests and main job) with -n 2.
+# PostgreSQL, then lints and runs the README's two commands (tests and main job) with -n 2, and
+# the main job again in a fresh clone whose PATH has no system bwrap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CI=true
@@ -43,6 +44,29 @@ uv run pytest tests -n 2
 step "README: main job on the embedded default (SQLite, reference analyst)"
 uv run pytest -m development -n 2 --run-id ci-main
 uv run backintel report results/ci-main
+
+step "README on a fresh clone with no system bwrap on PATH (bubblewrap from PyPI)"
+fresh="$(mktemp -d)"
+git clone -q "$PWD" "$fresh/repo"
+nobwrap_path=""
+IFS=: read -ra path_dirs <<<"$PATH"
+for dir in "${path_dirs[@]}"; do
+  if [ -e "$dir/bwrap" ]; then  # the same folder, less bwrap
+    shim="$fresh/shim$(printf '%s' "$dir" | tr '/' '_')"
+    mkdir -p "$shim"
+    for exe in "$dir"/*; do [ "${exe##*/}" = bwrap ] || ln -sf "$exe" "$shim/"; done
+    dir="$shim"
+  fi
+  nobwrap_path="${nobwrap_path:+$nobwrap_path:}$dir"
+done
+(
+  cd "$fresh/repo"
+  export PATH="$nobwrap_path"
+  if command -v bwrap >/dev/null; then echo "a system bwrap is still on PATH" >&2; exit 1; fi
+  uv sync
+  uv run pytest -m development -n 2 -q --run-id fresh-clone
+)
+rm -rf "$fresh"
 
 step "the development scenarios on every other backend"
 # Levels 4 and 7 are bound to their own stores (multi, lake-parquet) and ran above.

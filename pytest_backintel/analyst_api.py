@@ -20,11 +20,13 @@ __all__ = [
     "AnalystKind",
     "AnalystLimits",
     "AnalystRun",
+    "AnalystStopped",
     "AnalystTask",
     "AnalystTimeout",
     "BudgetExceeded",
     "CalibrationKey",
     "InfraError",
+    "ProviderError",
     "Usage",
 ]
 
@@ -101,6 +103,20 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     tool_calls: int = 0
+    tokens_reported: bool = True
+    """False when the provider sent no token counts: tokens and cost are then unknown (null
+    in records), never 0."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The record form: unknown token counts are null."""
+        known = self.tokens_reported
+        return {
+            "requests": self.requests,
+            "input_tokens": self.input_tokens if known else None,
+            "output_tokens": self.output_tokens if known else None,
+            "tool_calls": self.tool_calls,
+            "tokens_reported": known,
+        }
 
 
 @dataclass
@@ -115,23 +131,34 @@ class AnalystRun:
     """`{"tool": name, "args": {...}}` in call order."""
     error: str | None = None
     """Set when the analyst failed to produce a contract answer."""
+    provider_retries: list[dict[str, Any]] = field(default_factory=list)
+    """Every failed attempt at a model request: attempt, error, status, Retry-After, wait."""
 
 
 class InfraError(Exception):
     """The harness's store or sandbox failed under the analyst: not the analyst's fault."""
 
 
-class BudgetExceeded(Exception):
-    """A usage limit (requests, tool calls, tokens, cost) stopped the analyst."""
+class AnalystStopped(Exception):
+    """A limit or the provider stopped the analyst; `run` keeps what it had spent."""
 
     def __init__(self, message: str, *, run: AnalystRun | None = None) -> None:
         super().__init__(message)
         self.run = run
-        """What the analyst did before the limit stopped it (usage, messages), if known."""
+        """What the analyst did before it was stopped (usage, messages), if known."""
 
 
-class AnalystTimeout(Exception):
+class BudgetExceeded(AnalystStopped):
+    """A usage limit (requests, tool calls, tokens, cost) stopped the analyst."""
+
+
+class AnalystTimeout(AnalystStopped):
     """The wall-clock limit stopped the analyst."""
+
+
+class ProviderError(AnalystStopped):
+    """The model's provider failed (HTTP 5xx, 429, a refused or dropped connection, a
+    rejected request) after bounded retries: not the analyst's fault."""
 
 
 @runtime_checkable
@@ -140,6 +167,7 @@ class Analyst(Protocol):
     kind: AnalystKind
 
     def answer(self, task: AnalystTask) -> AnalystRun:
-        """Answer one question. Raise `BudgetExceeded` or `AnalystTimeout` for those limits;
-        any other exception is recorded as `analyst_error`."""
+        """Answer one question. Raise `BudgetExceeded` or `AnalystTimeout` for those limits,
+        `ProviderError` when the model's service failed; any other exception is recorded as
+        `analyst_error`."""
         ...

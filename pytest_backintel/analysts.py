@@ -54,7 +54,11 @@ def load_analyst(spec: str, config: AnalystConfig) -> Analyst:
     except (ImportError, AttributeError) as exc:
         raise AnalystLoadError(f"--analyst {spec!r}: cannot load {target!r}: {exc}") from exc
     if not replay:
-        analyst = factory(config)
+        try:
+            analyst = factory(config)
+        except Exception as exc:  # a bad model name or a factory that fails: said plainly
+            where = f"--model {config.model}" if spec == "model" else f"--analyst {spec!r}"
+            raise AnalystLoadError(f"backintel: {where}: {exc}") from exc
     else:
         try:
             analyst = factory(config, spec.removeprefix(REPLAY_PREFIX))

@@ -43,7 +43,7 @@ def trial_cost_usd(
     kind: AnalystKind | None, model: str | None, usage: Usage | None
 ) -> float | None:
     """The trial's cost in USD from `reports/prices.json`, or None when it is not known."""
-    if usage is None or kind in UNBILLED_KINDS:
+    if usage is None or kind in UNBILLED_KINDS or not usage.tokens_reported:
         return None
     return load_prices().cost_usd(model, usage.input_tokens, usage.output_tokens)
 
@@ -119,6 +119,12 @@ class RunBudget:
                     f"run budget spent: {option} {limit:g} {unit}, the run has used {used:g} "
                     f"{unit} over {spent['trials']} trials; the analyst was not called"
                 )
+            if limit is not None and unit != "requests" and spent["unmetered_trials"]:
+                return (
+                    f"run budget cannot be counted: the provider reported no token usage for "
+                    f"{spent['unmetered_trials']} trial(s), so {option} cannot be enforced; the "
+                    "run stops here instead of running unbounded"
+                )
         return None
 
     def gate(self, scenario: Scenario, trial: int, store_label: str) -> TrialResult | None:
@@ -163,6 +169,7 @@ class RunBudget:
             if usage is not None:
                 spent["requests"] += usage.requests
                 spent["tokens"] += usage.input_tokens + usage.output_tokens
+                spent["unmetered_trials"] += not usage.tokens_reported
             if cost_usd is None:
                 spent["unpriced_trials"] += usage is not None and usage.requests > 0
             else:
@@ -183,4 +190,11 @@ class RunBudget:
 
 
 def _empty() -> dict[str, Any]:
-    return {"requests": 0, "tokens": 0, "cost_usd": 0.0, "unpriced_trials": 0, "trials": 0}
+    return {
+        "requests": 0,
+        "tokens": 0,
+        "cost_usd": 0.0,
+        "unpriced_trials": 0,
+        "unmetered_trials": 0,
+        "trials": 0,
+    }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import pytest
 from pytest_backintel.analysts import analyst_label
 from pytest_backintel.budget import price_warnings
 from pytest_backintel.options import BenchOptions
+from pytest_backintel.outcomes import BLOCKED
 
 __all__ = [
     "COLUMNS",
@@ -58,12 +59,47 @@ def header_lines(opts: BenchOptions, run_dir: Path, sandbox: dict[str, Any]) -> 
     return lines
 
 
-def summary_lines(outcomes: Counter[str], run_dir: Path) -> list[str]:
-    """The terminal summary: outcome counts and where the records are."""
+def summary_lines(
+    outcomes: Counter[str],
+    run_dir: Path,
+    records: Sequence[dict[str, Any]] = (),
+    stop_message: str | None = None,
+) -> list[str]:
+    """The terminal summary: outcome counts (blocked apart), pass rates by split, level and
+    family, why the run stopped early, unmeasured usage, and where the records are."""
     if not outcomes:
         return []
+    from reports.summary import DIMENSIONS, tally
+
     counts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
-    return [f"backintel: {counts}", f"backintel: records in {run_dir}"]
+    lines = [f"backintel: {counts}"]
+    blocked = sum(n for o, n in outcomes.items() if o in {b.value for b in BLOCKED})
+    if blocked:
+        lines.append(
+            f"backintel: {blocked} blocked (infra_error, provider_error): not the analyst's "
+            "fault, not counted as failed answers"
+        )
+    for dim in ("split", "level", "family"):
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for record in records:
+            groups.setdefault(DIMENSIONS[dim](record), []).append(record)
+        rates = []
+        for name, group in sorted(groups.items()):
+            t = tally(group)
+            rate = "n/a" if t.pass_rate is None else f"{t.pass_rate:.0%}"
+            rates.append(f"{name} {t.passed}/{t.attempted} ({rate})")
+        if rates:
+            lines.append(f"backintel: pass rate by {dim}: " + ", ".join(rates))
+    if stop_message:
+        lines.append(f"backintel: STOPPED: {stop_message}")
+    unmetered = sum(1 for r in records if (r.get("usage") or {}).get("tokens_reported") is False)
+    if unmetered:
+        lines.append(
+            f"backintel: WARNING: the provider reported no token usage for {unmetered} "
+            "trial(s): their tokens and cost are unknown (null), token and cost budgets "
+            "cannot count them"
+        )
+    return [*lines, f"backintel: records in {run_dir}"]
 
 
 def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:

@@ -46,6 +46,11 @@ class BenchOptions:
     freeze_baseline: str | None = None
     """`--freeze-baseline`: the commit a frozen candidate's diff is checked against (default:
     the last frozen run's commit)."""
+    max_provider_failures: int = 3
+    """`--max-provider-failures`: after this many `provider_error` trials in a row, the
+    remaining items end as `not_run`."""
+    append_run: bool = False
+    """`--append-run`: add to an existing `--run-id` folder that already holds records."""
 
 
 def _number(value: str, parse: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
@@ -132,7 +137,25 @@ def add_options(parser: pytest.Parser) -> None:
         "(default auto: 4 for a model analyst, 1 otherwise)",
     )
     group.addoption("--results-dir", default="results", help="where run folders are written")
-    group.addoption("--run-id", default=None, help="name of this run's folder (default: generated)")
+    group.addoption(
+        "--run-id",
+        default=None,
+        help="name of this run's folder (default: generated); one that already holds records "
+        "is refused unless --append-run",
+    )
+    group.addoption(
+        "--append-run",
+        action="store_true",
+        default=False,
+        help="add this run's trials to the existing --run-id folder (recorded in run.json)",
+    )
+    group.addoption(
+        "--max-provider-failures",
+        type=positive_int,
+        default=3,
+        help="stop the run (remaining items not_run) after this many consecutive "
+        "provider_error trials",
+    )
     group.addoption("--max-requests", type=positive_int, default=30, help="requests per trial")
     group.addoption("--max-tool-calls", type=positive_int, default=60, help="tool calls per trial")
     group.addoption("--max-tokens", type=positive_int, default=400_000, help="tokens per trial")
@@ -213,4 +236,6 @@ def read_options(config: pytest.Config) -> BenchOptions:
         ),
         record=config.getoption("--record"),
         freeze_baseline=config.getoption("--freeze-baseline"),
+        max_provider_failures=config.getoption("--max-provider-failures"),
+        append_run=config.getoption("--append-run"),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["PRECEDENCE", "Outcome"]
+__all__ = ["BLOCKED", "PRECEDENCE", "Outcome"]
 
 
 class Outcome(StrEnum):
@@ -21,15 +21,26 @@ class Outcome(StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"
     INFRA_ERROR = "infra_error"
     """The store, sandbox or harness failed: not the analyst's fault."""
+    PROVIDER_ERROR = "provider_error"
+    """The model's service failed after bounded retries: not the analyst's fault either."""
     NOT_RUN = "not_run"
 
     @property
     def passed(self) -> bool:
         return self is Outcome.PASS
 
+    @property
+    def blocked(self) -> bool:
+        """Not measured through no fault of the analyst (counted apart from failures)."""
+        return self in BLOCKED
+
+
+BLOCKED = frozenset({Outcome.INFRA_ERROR, Outcome.PROVIDER_ERROR})
+"""Outcomes that say the harness or the model's service failed, not the analyst."""
 
 PRECEDENCE: list[Outcome] = [
     Outcome.INFRA_ERROR,
+    Outcome.PROVIDER_ERROR,
     Outcome.TIMEOUT,
     Outcome.BUDGET_EXCEEDED,
     Outcome.ANALYST_ERROR,

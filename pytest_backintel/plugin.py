@@ -15,6 +15,7 @@ from pytest_backintel.install import shadowed_packages
 from pytest_backintel.item_python import ItemPython
 from pytest_backintel.manifests import ManifestFile, is_manifest
 from pytest_backintel.options import add_options
+from pytest_backintel.progress import Progress
 from pytest_backintel.session import SESSION_KEY, BenchSession
 from stores.base import ProvisionedStore
 
@@ -53,6 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     bench = config.stash[SESSION_KEY] = BenchSession(config)
+    config.pluginmanager.register(Progress(config), "backintel-progress")
     if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):
         report = HtmlReport(bench.run_dir / "traces.jsonl", config.getoption("htmlpath"))
         config.pluginmanager.register(report, "backintel-html")
@@ -97,7 +99,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     bench = terminalreporter.config.stash[SESSION_KEY]
-    for line in summary_lines(bench.outcomes, bench.run_dir):
+    stop = bench.streak.message() if bench.run_dir.exists() else None
+    for line in summary_lines(bench.outcomes, bench.run_dir, bench.records, stop):
         terminalreporter.write_line(line)
 
 

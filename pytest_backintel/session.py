@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 import threading
 from collections import Counter
@@ -13,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_backintel import __version__
+from pytest_backintel import __version__, run_folder
 from pytest_backintel._compat import upcoming_items
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.analysts import AnalystLoadError, analyst_label, load_analyst, spec_kind
@@ -34,6 +32,7 @@ from pytest_backintel.html_report import RECORD_KEY, junit_properties
 from pytest_backintel.item_python import ItemPython, evidence_runner
 from pytest_backintel.judging import check_judge, judge_trial
 from pytest_backintel.manifests import manifest_reference
+from pytest_backintel.method_hash import analyst_method_hash
 from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, read_options
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.pipeline import LOOKAHEAD, TrialPipeline
@@ -41,7 +40,6 @@ from pytest_backintel.probe import DataProbe, Probes
 from pytest_backintel.records import (
     RecordWriter,
     git_state,
-    hash_files,
     merge_parts,
     new_run_id,
     now_iso,
@@ -49,7 +47,7 @@ from pytest_backintel.records import (
     read_json,
     write_json,
 )
-from pytest_backintel.sandbox.base import SandboxProvider
+from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
 from pytest_backintel.sandbox.registry import (
     UnknownSandboxError,
     create_provider,
@@ -57,6 +55,7 @@ from pytest_backintel.sandbox.registry import (
 )
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.sealed import SealedCase, SealedSuiteError, guard_reserved
+from pytest_backintel.streak import ProviderStreak
 from pytest_backintel.trial import TrialResult, run_trial
 from pytest_backintel.user_data import check_name, user_source, world_for
 from pytest_backintel.worlds import data_dir
@@ -77,7 +76,7 @@ class BenchSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.options: BenchOptions = read_options(config)
+        self.options: BenchOptions = run_folder.replayed(read_options(config))
         check_judge(self.options.judge_model, self.options.model)
         self.root = config.rootpath
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
@@ -89,12 +88,15 @@ class BenchSession:
         self.run_dir = (self.root / self.options.results_dir / self.run_id).resolve()
         self.writer = RecordWriter(self.run_dir, self.worker)
         self.outcomes: Counter[str] = Counter()
+        self.records: list[dict[str, Any]] = []
         self._analyst: Analyst | None = None
         self.backends = StoreBackends(lambda: self.data_dir)
         self.probes = Probes(lambda: self.data_dir / "perturbed")
         self._sandboxes: SandboxProvider | None = None
         self._tracing: Tracing | None = None
         self.budget = RunBudget(self.run_dir, self.options.run_limits)
+        self.streak = ProviderStreak(self.run_dir, self.options.max_provider_failures)
+        self._header: dict[str, Any] = {}
         self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
         self.reserved_cases: dict[str, set[str]] = {}
         """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
@@ -131,9 +133,9 @@ class BenchSession:
                 workdir = self.data_dir / "sandbox" / f"{os.getpid()}"
                 try:
                     provider = create_provider(self.options.sandbox, workdir)
-                except UnknownSandboxError as exc:
-                    raise pytest.UsageError(str(exc)) from exc
-                provider.setup_session()
+                    provider.setup_session()
+                except (UnknownSandboxError, SandboxUnavailable) as exc:
+                    raise pytest.UsageError(f"backintel: {exc}") from exc
                 self._sandboxes = provider
             return self._sandboxes
 
@@ -199,10 +201,11 @@ class BenchSession:
         scenario_items = [i for i in items if isinstance(i, ScenarioItem | SealedCase)]
         if not scenario_items:
             return
-        try:
-            self.analyst  # noqa: B018 - load once, report a bad --analyst as a usage error
-        except AnalystLoadError as exc:
-            raise pytest.UsageError(str(exc)) from exc
+        self.check_analyst()
+        if not self.config.option.collectonly:
+            run_folder.preflight(self.analyst, self.options, lambda: self.sandboxes)
+            if self.is_controller and not (self.run_dir / "run.json").exists():
+                write_json(self.run_dir / "run.json", self._header)
         self.start_pipeline()
         if not self.options.freeze:
             self.reserved_note = guard_reserved(self.config, items)
@@ -221,6 +224,15 @@ class BenchSession:
         if size > 1 and self.pipeline is None and not self.config.option.collectonly:
             self.tracing.start()  # instrument agents once, before any worker thread runs one
             self.pipeline = TrialPipeline(size, self.prepare_trial)
+
+    def check_analyst(self, model: bool = False) -> None:
+        """Load the analyst (a usage error if bad); with `model` check its model too."""
+        try:
+            self.analyst  # noqa: B018
+        except AnalystLoadError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        if model:
+            run_folder.preflight(self.analyst, self.options, lambda: None)
 
     # -- items ----------------------------------------------------------------------------
     def run_item(
@@ -248,7 +260,10 @@ class BenchSession:
         """One trial in its trace span, unless the run budget is spent: (result, trace id)."""
         key, scenario = case_key(item.scenario.id, item.trial), item.scenario
         with self.tracing.trial(item.nodeid, key) as span:
-            result = self.budget.gate(scenario, item.trial, store.display_id) or run_trial(
+            result = (
+                self.streak.gate(scenario, item.trial, store.display_id)
+                or self.budget.gate(scenario, item.trial, store.display_id)
+            ) or run_trial(
                 scenario,
                 item.trial,
                 store,
@@ -281,13 +296,14 @@ class BenchSession:
         """Settle the budget, write the record and cassette; fail unless the trial passed."""
         key, scenario = case_key(item.scenario.id, item.trial), item.scenario
         cost = self.budget.settle(self.analyst.kind, self.options.model, result.run)
+        self.streak.settle(result.score.outcome)
         if self.options.record:
             write_cassette(self.run_dir, key, result.run)
         judge = judge_trial(self.options.judge_model, self.options.model, scenario, result.run)
         extra = {"trace_id": trace_id, "cost_usd": cost, "case_key": key, "judge": judge}
         self.write_record(item, result.score.outcome.value, result.to_record() | extra)
         if result.score.outcome is Outcome.NOT_RUN:
-            pytest.skip("not run")
+            pytest.skip(result.score.reasons[0].message if result.score.reasons else "not run")
         if not result.score.outcome.passed:
             raise ScenarioFailure(result)
 
@@ -336,15 +352,6 @@ class BenchSession:
         )
 
     # -- run folder ------------------------------------------------------------------------
-    def method_hash(self) -> str | None:
-        """Hash over the default analyst's prompt, skills and tool code."""
-        spec = importlib.util.find_spec("analyst")
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        base = Path(next(iter(spec.submodule_search_locations)))
-        files = [p for p in base.rglob("*") if p.suffix in {".py", ".md"} and p.is_file()]
-        return hash_files(files, base)
-
     def run_header(self) -> dict[str, Any]:
         opts = self.options
         calibration = opts.analyst in CALIBRATION_ANALYSTS
@@ -360,6 +367,7 @@ class BenchSession:
             },
             "model": opts.model,
             "model_base_url": opts.model_base_url,
+            "model_api": run_folder.model_api_of(opts),
             "store_backend": opts.store,
             "sandbox": self.sandbox_description(),
             "trials": opts.trials,
@@ -368,7 +376,7 @@ class BenchSession:
             "record": opts.record,
             "freeze": None,
             "git": git_state(self.root),
-            "method_hash": self.method_hash(),
+            "method_hash": analyst_method_hash(self.options),
             "packages": package_versions(),
             "args": list(self.config.invocation_params.args),
         }
@@ -378,7 +386,7 @@ class BenchSession:
         opts = self.options
         return {
             "git_sha": git_state(self.root)["sha"],
-            "method_hash": self.method_hash(),
+            "method_hash": analyst_method_hash(self.options),
             "analyst": opts.analyst,
             "model": opts.model,
             "model_base_url": opts.model_base_url,
@@ -391,7 +399,11 @@ class BenchSession:
         if not self.is_controller:
             return
         clean_stale(self.data_dir)  # what killed runs left behind (their owner is gone)
-        header, opts = self.run_header(), self.options
+        if self.config.pluginmanager.has_plugin("dsession") and self.options.analyst != "reference":
+            self.check_analyst(model=not self.config.option.collectonly)
+        header = self._header = self.run_header()
+        header["appended_to"] = run_folder.check_run_folder(self.run_dir, self.options.append_run)
+        opts = self.options
         if opts.freeze:
             try:
                 results, baseline = self.root / self.options.results_dir, opts.freeze_baseline
@@ -401,8 +413,9 @@ class BenchSession:
                 )
             except FreezeError as exc:
                 raise pytest.UsageError(str(exc)) from exc
-        write_json(self.run_dir / "run.json", header)
-        self.budget.reset()
+            write_json(self.run_dir / "run.json", header)
+        if self.budget.path.exists() and not self.options.append_run:
+            self.budget.reset()
 
     def finish(self, exitstatus: int) -> None:
         if self.pipeline is not None:  # trials started ahead of an interrupted run clean up
@@ -414,23 +427,19 @@ class BenchSession:
         self.backends.teardown()
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
-        if not self.is_controller:
+        if not self.is_controller or not self.run_dir.exists():
             return
         from pytest_backintel.tracing import merge_traces
 
         records = merge_parts(self.run_dir) if (self.run_dir / "parts").exists() else []
-        header = self.run_header() | read_json(self.run_dir / "run.json")
-        scen = sorted({f"{r['scenario_id']}@{r.get('scenario_sha', '')}" for r in records})
+        earlier = read_json(self.run_dir / "run.json")
+        header = self.run_header() | self._header | earlier | run_folder.records_summary(records)
+        if self.options.append_run and earlier.get("started_at") != self._header["started_at"]:
+            header["appended"] = [*earlier.get("appended", []), self._header["appended_to"]]
         header.update(
             {
                 "finished_at": now_iso(),
                 "exit_status": exitstatus,
-                "scenario_hash": hashlib.sha256("\n".join(scen).encode()).hexdigest(),
-                "data_hashes": dict(
-                    sorted({(r["world"], r["data_hash"]) for r in records if r.get("data_hash")})
-                ),
-                "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
-                "trials_recorded": len(records),
                 "freeze_check": verify_lock(self.run_dir),
                 "spans": merge_traces(self.run_dir),
                 "budget_spent": self.budget.totals() if self.budget.limits.active else None,
@@ -438,6 +447,7 @@ class BenchSession:
         )
         write_json(self.run_dir / "run.json", header)
         self.outcomes = Counter(r["outcome"] for r in records)
+        self.records = records
 
 
 SESSION_KEY = pytest.StashKey[BenchSession]()

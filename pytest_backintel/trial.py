@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -12,13 +14,16 @@ from pytest_backintel.analyst_api import (
     Analyst,
     AnalystLimits,
     AnalystRun,
+    AnalystStopped,
     AnalystTask,
     AnalystTimeout,
     BudgetExceeded,
     CalibrationKey,
     InfraError,
+    ProviderError,
+    Usage,
 )
-from pytest_backintel.contract import AnalystAnswer
+from pytest_backintel.contract import AnalystAnswer, Refusal
 from pytest_backintel.dialects import SOURCE_DIALECT, translate
 from pytest_backintel.evidence import EvidenceResult, jsonable, reexecute
 from pytest_backintel.outcomes import Outcome
@@ -73,8 +78,9 @@ class TrialResult:
             "checks": [jsonable(asdict(c)) for c in self.score.checks],
             "answer": run.output.model_dump(mode="json") if run and run.output else None,
             "evidence": [e.to_json() for e in self.evidence],
-            "usage": asdict(run.usage) if run else None,
+            "usage": run.usage.to_json() if run else None,
             "tool_calls": run.tool_calls if run else [],
+            "provider_retries": run.provider_retries if run else [],
             "messages": run.messages if run else [],
             "analyst_error": run.error if run else None,
             "latency_s": round(self.latency_s, 4),
@@ -98,18 +104,64 @@ def calibration_key(scenario: Scenario, dialect: str = SOURCE_DIALECT) -> Calibr
     )
 
 
+_STOPPED = (
+    (BudgetExceeded, Outcome.BUDGET_EXCEEDED, "usage limit reached"),
+    (AnalystTimeout, Outcome.TIMEOUT, "wall-clock limit reached"),
+    (ProviderError, Outcome.PROVIDER_ERROR, "the model provider failed, not the analyst"),
+)
+_CONTRACT = (
+    "answer() must return pytest_backintel.analyst_api.AnalystRun whose `output` is an "
+    "AnalystAnswer, a Refusal or None"
+)
+
+
+def _call(analyst: Analyst, task: AnalystTask) -> Any:
+    """`analyst.answer(task)`; a custom analyst runs in a watchdog thread, so a hung one is
+    stopped at the wall-clock limit (the thread is abandoned, the run goes on)."""
+    if analyst.kind != "custom":
+        return analyst.answer(task)
+    done: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            done["run"] = analyst.answer(task)
+        except BaseException as exc:  # handed to the caller below
+            done["error"] = exc
+
+    context = contextvars.copy_context()
+    thread = threading.Thread(target=context.run, args=(target,), daemon=True)
+    thread.start()
+    thread.join(task.limits.wall_time_s)
+    if thread.is_alive():
+        raise AnalystTimeout(
+            f"the custom analyst did not return within {task.limits.wall_time_s}s "
+            "(--analyst-timeout); it was abandoned"
+        )
+    if "error" in done:
+        raise done["error"]
+    return done["run"]
+
+
 def _ask(analyst: Analyst, task: AnalystTask) -> tuple[AnalystRun | None, Reason | None]:
     try:
-        run = analyst.answer(task)
-    except BudgetExceeded as exc:
-        return exc.run, Reason(Outcome.BUDGET_EXCEEDED, f"usage limit reached: {exc}")
-    except AnalystTimeout as exc:
-        return None, Reason(Outcome.TIMEOUT, f"wall-clock limit reached: {exc}")
+        run = _call(analyst, task)
+    except AnalystStopped as exc:
+        for kind, outcome, label in _STOPPED:
+            if isinstance(exc, kind):
+                return exc.run, Reason(outcome, f"{label}: {exc}")
+        return exc.run, Reason(Outcome.ANALYST_ERROR, f"the analyst stopped: {exc}")
     except (StoreError, InfraError) as exc:
         return None, Reason(Outcome.INFRA_ERROR, f"the store or sandbox failed: {exc}")
     except Exception as exc:  # any failure of the analyst is its own outcome, never a crash
         tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return None, Reason(Outcome.ANALYST_ERROR, f"the analyst raised {tb}")
+    if not isinstance(run, AnalystRun) or not isinstance(
+        run.output, AnalystAnswer | Refusal | None
+    ):
+        got = type(run.output if isinstance(run, AnalystRun) else run).__name__
+        return None, Reason(Outcome.ANALYST_ERROR, f"{_CONTRACT}; got {got}")
+    if not isinstance(run.usage, Usage):
+        run.usage = Usage()
     if run.output is None:
         return run, Reason(
             Outcome.ANALYST_ERROR,

@@ -47,12 +47,15 @@ class CaseChange:
 
     @property
     def change(self) -> str:
-        """`both_pass`, `fixed`, `broken` or `both_fail`."""
+        """`both_pass`, `fixed`, `broken`, `both_fail`, or `blocked` when the candidate was
+        not measured (infra or provider failure, not run): never counted as broken."""
         before, after = self.baseline.passed, self.candidate.passed
         if before and after:
             return "both_pass"
         if after:
             return "fixed"
+        if self.candidate.blocked:
+            return "blocked"
         return "broken" if before else "both_fail"
 
 
@@ -230,7 +233,7 @@ def render_comparison(result: Comparison) -> str:
         lines.append(
             f"  {len(suite.cases)} cases: both pass {suite.count('both_pass')}, "
             f"fixed {suite.count('fixed')}, broken {suite.count('broken')}, "
-            f"both fail {suite.count('both_fail')}; "
+            f"both fail {suite.count('both_fail')}, blocked {suite.count('blocked')}; "
             f"exact McNemar p = {suite.p_value:.4f} (two-sided, discordant pairs)"
         )
         if suite.baseline_pass_k or suite.candidate_pass_k:

@@ -104,7 +104,7 @@ def scorecard_context(summary: RunSummary, charts: list[ChartFile]) -> dict[str,
     t = summary.overall
     overall_line = (
         f"{t.trials} trials: {t.attempted} attempted, {t.passed} passed, {t.failed} failed, "
-        f"{t.blocked} blocked (infra_error), {t.not_run} not run; "
+        f"{t.blocked} blocked (infra_error, provider_error), {t.not_run} not run; "
         f"pass rate {pct(t.pass_rate)} of attempted."
     )
     columns = sorted({k for values in summary.pass_k.values() for k in values})

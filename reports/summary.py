@@ -1,8 +1,8 @@
 """Aggregations over a run's records: tallies with honest denominators, cases, latency, usage.
 
-Denominators: a trial is *attempted* unless it is `infra_error` (*blocked*: the store or
-harness failed) or `not_run`. Pass rates are passed / attempted; with nothing attempted the
-rate is None ("n/a"), never 0.
+Denominators: a trial is *attempted* unless it is `infra_error` or `provider_error`
+(*blocked*: the store, harness or the model's service failed) or `not_run`. Pass rates are
+passed / attempted; with nothing attempted the rate is None ("n/a"), never 0.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ __all__ = [
 ]
 
 OUTCOME_ORDER: list[str] = [o.value for o in Outcome]
-NOT_ATTEMPTED = {Outcome.INFRA_ERROR.value, Outcome.NOT_RUN.value}
+BLOCKED = {o.value for o in Outcome if o.blocked}
+NOT_ATTEMPTED = {*BLOCKED, Outcome.NOT_RUN.value}
 
 
 def backend_of(record: dict[str, Any]) -> str:
@@ -74,7 +75,7 @@ class Tally:
 def tally(records: Iterable[dict[str, Any]]) -> Tally:
     counts = Counter(str(r["outcome"]) for r in records)
     trials = sum(counts.values())
-    blocked = counts[Outcome.INFRA_ERROR.value]
+    blocked = sum(counts[o] for o in BLOCKED)
     not_run = counts[Outcome.NOT_RUN.value]
     ordered = {o: counts[o] for o in OUTCOME_ORDER if counts[o]}
     ordered |= {o: n for o, n in sorted(counts.items()) if o not in ordered}

@@ -74,7 +74,14 @@ def _summary_sheet(book: Workbook, summary: RunSummary, banners: list[str]) -> N
     _append(sheet, ["overall", context["overall_line"]], bold=True)
     for key, value in context["usage_rows"]:
         _append(sheet, [key, value])
-    header = ["trials", "attempted", "passed", "failed", "blocked (infra_error)", "not run"]
+    header = [
+        "trials",
+        "attempted",
+        "passed",
+        "failed",
+        "blocked (infra_error, provider_error)",
+        "not run",
+    ]
     for dim, rows in summary.breakdowns.items():
         _append(sheet, [])
         _append(sheet, [dim, *header, "pass rate"], bold=True)

@@ -1,11 +1,19 @@
-"""Harness self-tests: never reach a model provider."""
+"""Harness self-tests: never reach a model provider.
+
+The guard is an autouse fixture, so it holds for the items under `tests/` only: a benchmark
+run from the repository root (whose `testpaths` include `tests`) still reaches its model.
+Tests that drive the real provider path use `model_server`, a real OpenAI-compatible server
+on 127.0.0.1, and model requests are allowed only while it runs.
+"""
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
-import pydantic_ai.models
+import pytest
+from pydantic_ai.models import override_allow_model_requests
 
-pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
+from pytest_backintel.testing.model_server import ModelServer
 
 pytest_plugins = ["pytester"]
 
@@ -16,3 +24,25 @@ os.environ.setdefault("BACKINTEL_DATA_DIR", str(Path(__file__).resolve().parent.
 # Benchmarks time things; they run on their own (`BACKINTEL_BENCHMARKS=1 uv run pytest
 # tests/benchmarks -p no:xdist`), never inside the test run, where timings would mean nothing.
 collect_ignore = [] if os.environ.get("BACKINTEL_BENCHMARKS") else ["benchmarks"]
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def _no_model_requests(request: pytest.FixtureRequest) -> Iterator[None]:
+    """No test item of the harness may call a model provider. Checked by path as well: with
+    a rootdir outside the repository, pytest may apply this fixture to every item."""
+    if TESTS not in Path(request.node.path).resolve().parents:
+        yield
+        return
+    with override_allow_model_requests(False):
+        yield
+
+
+@pytest.fixture
+def model_server() -> Iterator[ModelServer]:
+    """A real OpenAI-compatible test server on 127.0.0.1; model requests are allowed while
+    it runs (they can only reach it or fail: no key for any outside provider is set)."""
+    with ModelServer() as server, override_allow_model_requests(True):
+        yield server

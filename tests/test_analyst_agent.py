@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pydantic_ai.models
 import pytest
 from pydantic_ai import ModelRetry
 from pydantic_ai.messages import (
@@ -33,7 +32,7 @@ from analyst.agent import (
     check_contract,
     dump_messages,
 )
-from analyst.models import API_KEY_ENV, ModelConfigError, model_analyst, resolve_model
+from analyst.models import API_KEY_ENV, ModelConfigError, model_analyst, model_api, resolve_model
 from analyst.tools import read_skill, skill_catalog
 from pytest_backintel.analyst_api import (
     Analyst,
@@ -55,8 +54,6 @@ from stores.base import (
     TableInfo,
 )
 from stores.sqlite import SQLiteStore
-
-pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
 
 SQL = "SELECT COUNT(*) AS delivered_orders FROM orders WHERE status = 'delivered'"
 ANSWER: dict[str, Any] = {
@@ -431,7 +428,21 @@ def test_base_url_gives_an_openai_chat_model_at_that_server(
 
 
 def test_model_string_is_passed_through_and_checked() -> None:
-    assert resolve_model("openai:gpt-5.1") == "openai:gpt-5.1"
+    # `openai:` goes through Chat Completions with or without a base URL; the user may choose
+    # the Responses API with `openai-responses:`
+    assert resolve_model("openai:gpt-5.1") == "openai-chat:gpt-5.1"
+    assert resolve_model("openai-responses:gpt-5.1") == "openai-responses:gpt-5.1"
+    assert resolve_model("anthropic:claude-sonnet-4-5") == "anthropic:claude-sonnet-4-5"
+    assert model_api("openai:gpt-5.1") == model_api("openai:qwen3", "http://h/v1")
+    assert model_api("openai:qwen3", "http://h/v1") == "chat_completions"
+    assert model_api("openai-responses:gpt-5.1") == "responses"
+    assert model_api("anthropic:claude-sonnet-4-5") == "anthropic"
+    at_server = resolve_model("openai:qwen3", "http://127.0.0.1:11434/v1")
+    assert isinstance(at_server, OpenAIChatModel)
+    assert at_server.model_name == "qwen3", "a server gets the bare model name"
+    ollama = resolve_model("qwen3:32b", "http://127.0.0.1:11434/v1")
+    assert isinstance(ollama, OpenAIChatModel)
+    assert ollama.model_name == "qwen3:32b", "a server's own name with a colon is kept"
     with pytest.raises(ModelConfigError, match="no provider prefix"):
         resolve_model("gpt-5.1")
     with pytest.raises(ModelConfigError, match="no provider 'nope'"):
@@ -447,7 +458,7 @@ def test_model_analyst_factory(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (analyst.name, analyst.kind) == ("qwen3", "model")
     assert isinstance(analyst.model, OpenAIChatModel)
     named = model_analyst(AnalystConfig(model="openai:gpt-5.1"))
-    assert (named.name, named.model) == ("openai:gpt-5.1", "openai:gpt-5.1")
+    assert (named.name, named.model) == ("openai:gpt-5.1", "openai-chat:gpt-5.1")
 
 
 def test_a_model_string_is_resolved_on_first_use_and_never_called_here(

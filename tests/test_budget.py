@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import helpers
-import pydantic_ai.models
 import pytest
 from helpers import orders_store
 from hypothesis import given, settings
@@ -25,8 +24,6 @@ from pytest_backintel.loading import DEFINITIONS_DIR
 from pytest_backintel.options import positive_usd
 from reports.prices import load_prices
 from stores.base import ProvisionedStore
-
-pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
 
 PRICED = "openai:gpt-4o"
 FEW = [*helpers.FEW, DEFINITIONS_DIR / "level3" / "l3-best-seller-ambiguous.scenario.yaml"]

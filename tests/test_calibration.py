@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pydantic_ai.models
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -29,8 +28,6 @@ from pytest_backintel.scenario import ColumnSpec, MetricKind, MetricSpec
 from pytest_backintel.tolerance import compare_metric, compare_scalar, tolerance_for
 from stores.base import DatasetFiles, ProvisionedStore
 from stores.sqlite import SQLiteStore
-
-pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
 
 CONFIG = AnalystConfig()
 SCALAR_SQL = (

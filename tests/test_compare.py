@@ -137,8 +137,12 @@ def test_a_blocked_candidate_case_is_not_measured_and_rejects(tmp_path: Path) ->
     base = make_run(tmp_path, "base")
     cand = make_run(tmp_path, "cand", {"repeat_person_share": "infra_error"})
     development = compare_runs(load_run(base), load_run(cand)).suites[0]
+    # a case the candidate could not be measured on is not a regression, and still rejects
     assert development.reasons == [
-        "broken: repeat_person_share (baseline pass -> candidate infra_error)"
+        "mandatory case blocked, not measured: repeat_person_share (infra_error)"
+    ]
+    assert [c.change for c in development.cases if c.scenario_id == "repeat_person_share"] == [
+        "blocked"
     ]
     base2 = make_run(tmp_path, "base2", {"repeat_person_share": "wrong_value"})
     development = compare_runs(load_run(base2), load_run(cand)).suites[0]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pydantic_ai.models
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,8 +27,6 @@ from pytest_backintel.judge import (
     judge_narrative,
     model_family,
 )
-
-pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
 
 QUESTION = "Delivery report for orders purchased in March 2018; report `late_share`."
 ANSWER = AnalystAnswer(

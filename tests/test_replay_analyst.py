@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pydantic_ai.models
 import pytest
 from helpers import ANSWER, FEW, orders_store, script
 from hypothesis import given
@@ -33,8 +32,6 @@ from pytest_backintel.cassettes import (
 from pytest_backintel.contract import AnalystAnswer
 from pytest_backintel.options import analyst_spec
 from stores.base import ProvisionedStore
-
-pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
 
 
 def task(store: ProvisionedStore, key: str | None = "shop-count/t1") -> AnalystTask:

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pydantic_ai.models
 import pytest
 from helpers import FEW, orders_store, script
 from opentelemetry import trace
@@ -21,8 +20,6 @@ from analyst.agent import ModelAnalyst
 from pytest_backintel.analyst_api import AnalystLimits, AnalystTask
 from pytest_backintel.tracing import Tracing, merge_traces
 from stores.base import ProvisionedStore
-
-pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
 
 
 @pytest.fixture

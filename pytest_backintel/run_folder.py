@@ -1,0 +1,108 @@
+"""Checks made before a run writes anything: the run folder, the analyst's model.
+
+`check_run_folder` refuses a `--run-id` whose folder already holds records unless
+`--append-run` was given. `preflight` runs the analyst's own `check()` (the model analyst
+resolves its model, which needs the provider's package and key, and checks that a base URL
+answers) so a bad model configuration is one usage error before the first item.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_backintel.analyst_api import AnalystLimits
+from pytest_backintel.options import BenchOptions
+from pytest_backintel.records import now_iso, read_json, read_records
+
+__all__ = [
+    "check_run_folder",
+    "model_api_of",
+    "preflight",
+    "records_in",
+    "records_summary",
+    "replayed",
+]
+
+
+def records_in(run_dir: Path) -> int:
+    """How many trial records the folder holds (merged or still in worker parts)."""
+    merged = run_dir / "records.jsonl"
+    if merged.is_file():
+        return len(read_records(merged))
+    return sum(len(read_records(p)) for p in sorted((run_dir / "parts").glob("records-*.jsonl")))
+
+
+def check_run_folder(run_dir: Path, append: bool) -> dict[str, Any] | None:
+    """None for a fresh folder; with `--append-run`, what this run appends to; otherwise a
+    folder with records is refused with a usage error."""
+    found = records_in(run_dir) if run_dir.is_dir() else 0
+    if not found:
+        return None
+    if not append:
+        raise pytest.UsageError(
+            f"run folder {run_dir} already holds {found} trial records from an earlier run: "
+            "choose another --run-id (or leave it out for a fresh one), or pass --append-run "
+            "to add this run's trials to it"
+        )
+    return {"at": now_iso(), "records_before": found}
+
+
+def model_api_of(opts: BenchOptions) -> str | None:
+    """The API the model analyst reaches its model through (None without a model)."""
+    if opts.model is None or opts.analyst != "model":
+        return None
+    from analyst.models import model_api
+
+    return model_api(opts.model, opts.model_base_url)
+
+
+def preflight(analyst: object, opts: BenchOptions, sandbox: Callable[[], object]) -> None:
+    """Before the first item: the sandbox can run (`sandbox()` raises a usage error naming
+    the fix when it cannot), and the analyst's `check()`, if it has one, passes (any failure
+    is one usage error)."""
+    check = getattr(analyst, "check", None)
+    try:
+        if callable(check):
+            check()
+    except Exception as exc:  # a missing key, package or server: the user's to fix
+        what = f"--model {opts.model}" if opts.model else f"--analyst {opts.analyst}"
+        raise pytest.UsageError(f"backintel: {what} cannot be used: {exc}") from exc
+    sandbox()
+
+
+def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `run.json` fields computed from the run's records."""
+    scen = sorted({f"{r['scenario_id']}@{r.get('scenario_sha', '')}" for r in records})
+    unmetered = sum(1 for r in records if (r.get("usage") or {}).get("tokens_reported") is False)
+    return {
+        "scenario_hash": hashlib.sha256("\n".join(scen).encode()).hexdigest(),
+        "data_hashes": dict(
+            sorted({(r["world"], r["data_hash"]) for r in records if r.get("data_hash")})
+        ),
+        "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
+        "trials_recorded": len(records),
+        "usage_unreported_trials": unmetered,
+    }
+
+
+def replayed(opts: BenchOptions) -> BenchOptions:
+    """For `--analyst replay:DIR`: the recorded run's model id and per-trial limits, so the
+    replay is measured under the limits the recording was (a run folder or its cassettes)."""
+    if not opts.analyst.startswith("replay:"):
+        return opts
+    folder = Path(opts.analyst.removeprefix("replay:"))
+    recorded = read_json(folder / "run.json") or read_json(folder.parent / "run.json")
+    if not recorded:
+        return opts
+    limits = recorded.get("limits")
+    known = set(AnalystLimits.__dataclass_fields__)
+    if isinstance(limits, dict) and set(limits) <= known:
+        opts = replace(opts, limits=AnalystLimits(**limits))
+    return replace(opts, model=recorded.get("model") or opts.model)

@@ -1,0 +1,1 @@
+"""Test helpers shipped with the plugin, importable by any project that tests with it."""

@@ -1,0 +1,358 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 for tests: Chat Completions, scripted.
+
+Tests point `--model openai:<name> --model-base-url <server.url>` at it, so the real `openai`
+client behind Pydantic AI's OpenAI provider speaks the real wire protocol to it. Each `Script`
+answers the conversations whose user prompt contains its `match`; the step served is the
+number of assistant messages already in the request (so the server keeps no per-conversation
+state, and xdist workers can share one server). A step can misbehave: latency, no `usage`,
+prose instead of a tool call, an unknown tool, malformed arguments; and each attempt at a step
+can first fail (HTTP 500, 429 with Retry-After, a dropped connection, a request that never
+answers). `unused_url()` gives a base URL where nothing listens (a refused connection).
+
+    with ModelServer() as server:
+        server.script("delivered orders", [Step.call("list_tables"), Step.answer(...)])
+        ... --model openai:qwen3 --model-base-url {server.url}
+        assert server.requests[0].model == "qwen3"
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+__all__ = [
+    "ANSWER_TOOL",
+    "REFUSAL_TOOL",
+    "Failure",
+    "ModelServer",
+    "Received",
+    "Script",
+    "Step",
+    "unused_url",
+]
+
+ANSWER_TOOL = "final_result_AnalystAnswer"
+"""The output tool the default analyst's agent offers for a contract answer."""
+REFUSAL_TOOL = "final_result_Refusal"
+
+FailureKind = Literal["status", "drop", "hang"]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How one attempt at a step fails instead of answering."""
+
+    kind: FailureKind
+    status: int = 500
+    retry_after_s: float | None = None
+    """Sent as `Retry-After` (whole seconds, rounded up) and `retry-after-ms`."""
+
+    @classmethod
+    def http(cls, status: int = 500, retry_after_s: float | None = None) -> Failure:
+        return cls("status", status, retry_after_s)
+
+    @classmethod
+    def rate_limited(cls, retry_after_s: float = 1.0) -> Failure:
+        return cls("status", 429, retry_after_s)
+
+    @classmethod
+    def dropped(cls) -> Failure:
+        """The connection is closed without a response."""
+        return cls("drop")
+
+    @classmethod
+    def hang(cls) -> Failure:
+        """The request is read and never answered (until the server stops)."""
+        return cls("hang")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scripted assistant turn."""
+
+    tool_calls: tuple[tuple[str, Mapping[str, Any] | str], ...] = ()
+    """`(tool name, arguments)`; arguments given as a string are sent as they are (malformed)."""
+    text: str | None = None
+    """Prose content (with no tool call: prose instead of a tool call)."""
+    usage: tuple[int, int] | None = (100, 10)
+    """`(prompt_tokens, completion_tokens)`; None sends no `usage` at all."""
+    delay_s: float = 0.0
+    """Latency before the response is sent."""
+    failures: tuple[Failure, ...] = ()
+    """The first attempts at this step fail like this, one failure per attempt."""
+
+    @classmethod
+    def call(cls, tool: str, args: Mapping[str, Any] | str | None = None, **kw: Any) -> Step:
+        return cls(tool_calls=((tool, {} if args is None else args),), **kw)
+
+    @classmethod
+    def answer(
+        cls,
+        metrics: Sequence[Mapping[str, Any]],
+        evidence: Sequence[Mapping[str, Any]],
+        method: str = "scripted",
+        **kw: Any,
+    ) -> Step:
+        """A contract answer through the agent's answer output tool."""
+        args = {"metrics": list(metrics), "evidence": list(evidence), "method": method}
+        return cls.call(ANSWER_TOOL, args | {"caveats": []}, **kw)
+
+    @classmethod
+    def refusal(cls, missing: Sequence[str], explanation: str, **kw: Any) -> Step:
+        args = {"missing": list(missing), "explanation": explanation, "evidence": []}
+        return cls.call(REFUSAL_TOOL, args, **kw)
+
+    @classmethod
+    def prose(cls, text: str, **kw: Any) -> Step:
+        return cls(text=text, **kw)
+
+
+@dataclass(frozen=True)
+class Script:
+    match: str
+    """A substring of the conversation's user prompt (case-insensitive)."""
+    steps: tuple[Step, ...]
+
+
+@dataclass
+class Received:
+    """One request the server received, and what it did with it."""
+
+    path: str
+    model: str | None
+    script: str | None
+    step: int
+    attempt: int
+    tools: list[str]
+    reply: str
+    """`ok`, `status <n>`, `drop`, `hang`, `no script` or `exhausted`."""
+    usage: tuple[int, int] | None = None
+
+
+@dataclass
+class _State:
+    scripts: list[Script] = field(default_factory=list)
+    attempts: dict[tuple[str, int], int] = field(default_factory=dict)
+    requests: list[Received] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+
+def _user_prompt(messages: Sequence[Mapping[str, Any]]) -> str:
+    parts: list[str] = []
+    for msg in messages:
+        if msg.get("role") != "user":
+            continue
+        content = msg.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts += [str(c.get("text", "")) for c in content if isinstance(c, dict)]
+    return "\n".join(parts).lower()
+
+
+def _completion(model: str, step: Step, index: int) -> dict[str, Any]:
+    calls = [
+        {
+            "id": f"call_{index}_{n}",
+            "type": "function",
+            "function": {
+                "name": name,
+                "arguments": args if isinstance(args, str) else json.dumps(args),
+            },
+        }
+        for n, (name, args) in enumerate(step.tool_calls)
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": step.text}
+    if calls:
+        message["tool_calls"] = calls
+    body: dict[str, Any] = {
+        "id": f"chatcmpl-{index}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+        ],
+    }
+    if step.usage is not None:
+        prompt, completion = step.usage
+        body["usage"] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+    return body
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def _send(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            names = sorted({s.match for s in self.server.state.scripts})
+            self._send(200, {"object": "list", "data": [{"id": n} for n in names]})
+        else:
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        request = json.loads(self.rfile.read(length) or b"{}")
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            return
+        self._complete(request)
+
+    def _complete(self, request: dict[str, Any]) -> None:
+        state = self.server.state
+        messages = request.get("messages") or []
+        prompt = _user_prompt(messages)
+        index = sum(1 for m in messages if m.get("role") == "assistant")
+        tools = [t.get("function", {}).get("name", "") for t in request.get("tools") or []]
+        with state.lock:
+            script = next((s for s in state.scripts if s.match.lower() in prompt), None)
+            key = (script.match if script else "", index)
+            attempt = state.attempts.get(key, 0)
+            state.attempts[key] = attempt + 1
+            seen = Received(
+                self.path,
+                request.get("model"),
+                script.match if script else None,
+                index,
+                attempt,
+                tools,
+                "",
+            )
+            state.requests.append(seen)
+        if script is None or index >= len(script.steps):
+            seen.reply = "no script" if script is None else "exhausted"
+            error = {"message": f"test server: {seen.reply} for this conversation (step {index})"}
+            self._send(400, {"error": error | {"type": "invalid_request_error"}})
+            return
+        step = script.steps[index]
+        if attempt < len(step.failures):
+            self._fail(step.failures[attempt], seen)
+            return
+        if step.delay_s and state.stopping.wait(step.delay_s):
+            return
+        seen.reply, seen.usage = "ok", step.usage
+        self._send(200, _completion(str(request.get("model")), step, index))
+
+    def _fail(self, failure: Failure, seen: Received) -> None:
+        if failure.kind == "hang":
+            seen.reply = "hang"
+            self.server.state.stopping.wait()
+            self.close_connection = True
+            return
+        if failure.kind == "drop":
+            seen.reply = "drop"
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        seen.reply = f"status {failure.status}"
+        headers: dict[str, str] = {}
+        if failure.retry_after_s is not None:
+            headers["Retry-After"] = str(max(1, round(failure.retry_after_s + 0.499)))
+            headers["retry-after-ms"] = str(int(failure.retry_after_s * 1000))
+        kind = "rate_limit_exceeded" if failure.status == 429 else "server_error"
+        error = {"message": f"test server: scripted {failure.status}", "type": kind, "code": kind}
+        self._send(failure.status, {"error": error}, headers)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    state: _State
+
+
+class ModelServer:
+    """The test server; start with `with ModelServer() as server:` or `start()`/`stop()`."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._httpd = _Server((host, port), _Handler)
+        self._httpd.state = _State()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL to give as `--model-base-url` (ends in `/v1`)."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    @property
+    def requests(self) -> list[Received]:
+        """Every request received so far, in arrival order."""
+        with self._httpd.state.lock:
+            return list(self._httpd.state.requests)
+
+    def script(self, match: str, steps: Sequence[Step]) -> None:
+        """Answer conversations whose user prompt contains `match` with `steps`."""
+        with self._httpd.state.lock:
+            self._httpd.state.scripts.append(Script(match, tuple(steps)))
+
+    def reset(self) -> None:
+        """Forget scripts, attempts and received requests."""
+        with self._httpd.state.lock:
+            state = self._httpd.state
+            state.scripts.clear()
+            state.attempts.clear()
+            state.requests.clear()
+
+    def start(self) -> ModelServer:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="backintel-model-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Release hanging requests, stop serving, close the socket."""
+        self._httpd.state.stopping.set()
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> ModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def unused_url() -> str:
+    """A base URL on 127.0.0.1 where nothing listens: connecting to it is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+@contextmanager
+def model_server(scripts: Mapping[str, Sequence[Step]] = {}) -> Iterator[ModelServer]:
+    """A started server with `scripts` (match → steps), stopped on exit."""
+    with ModelServer() as server:
+        for match, steps in scripts.items():
+            server.script(match, steps)
+        yield server
