@@ -158,7 +158,8 @@ class BenchSession:
         """The data probes of the scenario's dataset on its backend (built on first use)."""
         python = evidence_runner(lambda: self.sandboxes) if with_python else None
         spec, files = store_spec(scenario, self.options.store), self.dataset(scenario)[0]
-        return self.probes.get(spec, self.store_for(scenario), files, python)
+        with self._lock:  # concurrent trials share each dataset's probes
+            return self.probes.get(spec, self.store_for(scenario), files, python)
 
     @property
     def data_dir(self) -> Path:
