@@ -9,9 +9,7 @@ is the analyst a real model drives; calibration analysts drive the same agent th
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextvars
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +27,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RunUsage, UsageLimits
 
+from analyst.loop import run_blocking
 from analyst.retries import RETRY_LOG, RetryingModel, RetryPolicy
 from analyst.tools import AnalystDeps, analyst_tools, skill_catalog
 from pytest_backintel.analyst_api import (
@@ -231,17 +230,6 @@ async def _run(
     )
 
 
-def _run_blocking(make_coro: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-    """Run a coroutine to completion from sync code, even when a loop is already running."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make_coro())
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        context = contextvars.copy_context()  # keeps the caller's trace span current
-        return pool.submit(context.run, asyncio.run, make_coro()).result()
-
-
 def run_agent(
     agent: AnalystAgent, task: AnalystTask, make_model: Callable[[AnalystDeps], Model | str]
 ) -> AnalystRun:
@@ -251,7 +239,7 @@ def run_agent(
     model's service failed after retries, each carrying what the run had spent; a run that ends
     without a contract answer returns `AnalystRun(output=None, error=...)`.
     """
-    return _run_blocking(lambda: _run(agent, task, make_model))
+    return run_blocking(lambda: _run(agent, task, make_model))
 
 
 def _model_label(model: Model | str) -> str:

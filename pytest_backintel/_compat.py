@@ -26,11 +26,23 @@ def _position(session: pytest.Session, item: pytest.Item) -> int:
     return cached[1].get(id(item), -1)
 
 
+def _worker_interactor(config: pytest.Config) -> Any:
+    """xdist's worker-side plugin (registered without a name), or None."""
+    for plugin in config.pluginmanager.get_plugins():
+        if type(plugin).__name__ == "WorkerInteractor" and hasattr(plugin, "torun"):
+            return plugin
+    return None
+
+
 def _worker_queue(config: pytest.Config, items: list[pytest.Item]) -> list[pytest.Item] | None:
-    interactor: Any = config.pluginmanager.getplugin("workerinteractor")
-    queue = getattr(interactor, "torun", None)
-    if queue is None:
+    """The items queued for this xdist worker after the current one; None outside xdist; []
+    in a worker whose queue cannot be read (then only the current item is known)."""
+    if not hasattr(config, "workerinput"):
         return None
+    interactor = _worker_interactor(config)
+    queue = getattr(interactor, "torun", None)
+    if queue is None or not hasattr(queue, "lock"):
+        return []
     with queue.lock() as queued:
         indices = [i for i in queued if isinstance(i, int)]
     following = getattr(interactor, "nextitem_index", None)

@@ -19,7 +19,7 @@ from pytest_backintel.loading import DEFINITIONS_DIR
 from pytest_backintel.pipeline import TrialPipeline
 
 SLOW_ANALYST = """
-import hashlib, threading, time
+import hashlib, os, threading, time
 
 from pytest_backintel.analyst_api import AnalystRun
 from pytest_backintel.contract import AnalystAnswer
@@ -39,6 +39,8 @@ class Slow:
     kind = "custom"
 
     def answer(self, task):
+        with open(os.environ["SLOW_ANALYST_CALLS"], "a") as calls:  # one line per trial run
+            calls.write(task.question[:40].replace("\\n", " ") + "\\n")
         with LOCK:
             IN_FLIGHT[0] += 1
             IN_FLIGHT[1] = max(IN_FLIGHT)
@@ -71,6 +73,14 @@ def run(pytester: pytest.Pytester, run_id: str, *args: str) -> tuple[pytest.RunR
     return outcome, results / run_id
 
 
+def calls(project: pytest.Pytester) -> int:
+    """How many trials the analyst ran (across processes), then start counting again."""
+    path = project.path / "calls.txt"
+    count = len(path.read_text().splitlines()) if path.exists() else 0
+    path.unlink(missing_ok=True)
+    return count
+
+
 def records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
 
@@ -92,13 +102,16 @@ def junit_order(path: Path) -> list[tuple[str, str]]:
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     (pytester.path / "slowanalyst.py").write_text(SLOW_ANALYST)
     monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    monkeypatch.setenv("SLOW_ANALYST_CALLS", str(pytester.path / "calls.txt"))
     return pytester
 
 
 def test_concurrent_trials_report_exactly_as_a_serial_run(project: pytest.Pytester) -> None:
     serial, serial_dir = run(project, "serial", "--concurrency", "1", "-p", "no:xdist")
+    serial_calls = calls(project)
     concurrent, concurrent_dir = run(project, "concurrent", "--concurrency", "8", "-p", "no:xdist")
     serial_records, concurrent_records = records(serial_dir), records(concurrent_dir)
+    assert serial_calls == calls(project) == len(serial_records), "each trial ran exactly once"
     assert len(serial_records) >= 20
     assert [comparable(r) for r in concurrent_records] == [comparable(r) for r in serial_records]
     outcomes = {r["outcome"] for r in serial_records}
@@ -113,9 +126,11 @@ def test_concurrent_trials_report_exactly_as_a_serial_run(project: pytest.Pytest
 
 def test_concurrency_per_xdist_worker(project: pytest.Pytester) -> None:
     serial, serial_dir = run(project, "serial", "--concurrency", "1", "-p", "no:xdist")
+    calls(project)
     spread, spread_dir = run(project, "spread", "--concurrency", "4", "-n", "2")
     by_node = {r["nodeid"]: comparable(r) for r in records(serial_dir)}
     spread_records = records(spread_dir)
+    assert calls(project) == len(spread_records), "no trial ran twice, on either worker"
     assert {r["nodeid"]: comparable(r) | {"worker": None} for r in spread_records} == {
         k: v | {"worker": None} for k, v in by_node.items()
     }
