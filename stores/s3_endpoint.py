@@ -106,12 +106,14 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
 
 
 class MotoServer:
-    """`moto_server` on 127.0.0.1 at a free port, its log under `log_dir`."""
+    """`moto_server` on 127.0.0.1 at a free port, its log under `log_dir` while it runs (the
+    end of it is quoted when the server does not start)."""
 
     def __init__(self, log_dir: Path, startup_s: float = 30.0) -> None:
         self.log_dir = log_dir
         self.startup_s = startup_s
         self._proc: subprocess.Popen[bytes] | None = None
+        self._log: Path | None = None
 
     def start(self) -> S3Endpoint:
         exe = Path(sys.executable).parent / "moto_server"
@@ -124,7 +126,7 @@ class MotoServer:
             exe = Path(found)
         port = _free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = self.log_dir / f"moto-{port}.log"
+        log = self._log = self.log_dir / f"moto-{port}.log"
         with log.open("wb") as out:
             self._proc = subprocess.Popen(
                 [str(exe), "-H", "127.0.0.1", "-p", str(port)],
@@ -141,17 +143,20 @@ class MotoServer:
                 key, secret = f"bi{secrets.token_hex(8)}", secrets.token_hex(16)  # moto takes any
                 return S3Endpoint(f"http://127.0.0.1:{port}", "backintel", key, secret)
             time.sleep(0.1)
-        self.stop()
         tail = log.read_text(errors="replace")[-800:]
+        self.stop()
         raise StoreError(f"moto_server did not start on 127.0.0.1:{port}; its log ends: {tail}")
 
     def stop(self) -> None:
+        """Stop the server and remove its (request) log."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        if self._log is not None:
+            self._log.unlink(missing_ok=True)
+            self._log = None

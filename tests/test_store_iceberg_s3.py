@@ -186,6 +186,8 @@ def test_the_local_server_stops_with_the_session(tmp_path: Path) -> None:
     backend.setup_session()
     port = urlsplit(backend.endpoint.url).port
     assert port is not None
+    assert [p.name for p in tmp_path.glob("moto-*.log")] == [f"moto-{port}.log"]
     backend.teardown_session()
+    assert not list(tmp_path.glob("moto-*.log"))
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 1):
         pass
