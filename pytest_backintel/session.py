@@ -50,7 +50,7 @@ from pytest_backintel.sandbox.registry import (
     load_provider_class,
 )
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.sealed import SealedCase, SealedSuiteError, guard_reserved
+from pytest_backintel.sealed import SealedCase, SealedSuiteError, guard_reserved, refuse
 from pytest_backintel.trial import run_trial
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
@@ -195,7 +195,7 @@ class BenchSession:
         try:
             lock_plan(self.run_dir, entry, items, self.reserved_cases, self.data_dir)
         except (FreezeError, SealedSuiteError) as exc:
-            raise pytest.UsageError(str(exc)) from exc
+            refuse(self.config, items, str(exc))
 
     # -- items ----------------------------------------------------------------------------
     def run_item(
