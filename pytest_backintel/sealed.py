@@ -128,6 +128,7 @@ def guard_reserved(config: pytest.Config, items: list[pytest.Item]) -> list[str]
         more = f" and {len(reserved) - 3} more" if len(reserved) > 3 else ""
         message = f"the selection includes {len(reserved)} reserved item(s) ({names}{more}); "
         refuse(config, items, message + REFUSAL, REFUSAL, is_reserved)
+        return []
     config.hook.pytest_deselected(items=reserved)
     items[:] = [item for item in items if not is_reserved(item)]
     return [

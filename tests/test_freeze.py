@@ -167,6 +167,16 @@ def test_without_the_secret_a_frozen_run_is_refused_saying_what_is_missing(
     )
 
 
+def test_under_xdist_a_refused_frozen_run_fails_every_item_with_the_reason(
+    pytester: pytest.Pytester, candidate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SECRET_FILE_ENV)
+    result = run(pytester, "-m", "reserved", "--freeze", "-n", "2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=17)
+    result.stdout.fnmatch_lines([f"acc-res-zero-profit?t1?: *is sealed*Set {SECRET_ENV}*"])
+
+
 def test_a_different_secret_fails_the_commitment_check_loudly(
     pytester: pytest.Pytester, candidate: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
