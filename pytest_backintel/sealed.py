@@ -16,7 +16,7 @@ secret and a changed generator, and the placeholders are replaced by the real it
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -34,6 +34,7 @@ __all__ = [
     "SealedWorld",
     "guard_reserved",
     "is_reserved",
+    "refuse",
     "sealed_items",
     "unseal_items",
 ]
@@ -67,9 +68,10 @@ class SealedCase(pytest.Item):
     fails saying why (an xdist worker cannot stop the run with a usage error)."""
 
     case_id: str
+    message: str = REFUSAL
 
     def runtest(self) -> None:
-        raise SealedSuiteError(f"{self.case_id}: {REFUSAL}")
+        raise SealedSuiteError(f"{self.case_id}: {self.message}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, SealedSuiteError):
@@ -122,24 +124,35 @@ def guard_reserved(config: pytest.Config, items: list[pytest.Item]) -> list[str]
     if not reserved:
         return []
     if _explicit(config, reserved):
-        if hasattr(config, "workerinput"):  # xdist worker: refuse item by item, never run one
-            for index, item in enumerate(items):
-                if is_reserved(item) and not isinstance(item, SealedCase):
-                    assert item.parent is not None
-                    refusal = SealedCase.from_parent(item.parent, name=item.name)
-                    refusal.case_id, items[index] = item.name, refusal
-            return []
         names = ", ".join(item.name for item in reserved[:3])
         more = f" and {len(reserved) - 3} more" if len(reserved) > 3 else ""
-        raise pytest.UsageError(
-            f"the selection includes {len(reserved)} reserved item(s) ({names}{more}); {REFUSAL}"
-        )
+        message = f"the selection includes {len(reserved)} reserved item(s) ({names}{more}); "
+        refuse(config, items, message + REFUSAL, REFUSAL, is_reserved)
+        return []
     config.hook.pytest_deselected(items=reserved)
     items[:] = [item for item in items if not is_reserved(item)]
     return [
         f"backintel: {len(reserved)} reserved item(s) deselected: they run only with --freeze, "
         "as a whole suite (pytest -m reserved --freeze)"
     ]
+
+
+def refuse(
+    config: pytest.Config,
+    items: list[pytest.Item],
+    message: str,
+    per_item: str | None = None,
+    which: Callable[[pytest.Item], bool] = lambda _item: True,
+) -> None:
+    """A usage error; on an xdist worker (which cannot stop the run with one) the affected
+    items are replaced by placeholders that fail with the message, so none of them runs."""
+    if not hasattr(config, "workerinput"):
+        raise pytest.UsageError(message)
+    for index, item in enumerate(items):
+        if which(item) and item.parent is not None:
+            refusal = SealedCase.from_parent(item.parent, name=item.name)
+            refusal.case_id, refusal.message = item.name, per_item or message
+            items[index] = refusal
 
 
 def unseal_items(items: list[pytest.Item], data_dir: Path) -> list[dict[str, Any]]:

@@ -54,7 +54,7 @@ from pytest_backintel.sandbox.registry import (
     load_provider_class,
 )
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.sealed import SealedCase, SealedSuiteError, guard_reserved
+from pytest_backintel.sealed import SealedCase, SealedSuiteError, guard_reserved, refuse
 from pytest_backintel.streak import ProviderStreak
 from pytest_backintel.trial import TrialResult, run_trial
 from pytest_backintel.user_data import check_name, user_source, world_for
@@ -217,7 +217,7 @@ class BenchSession:
         try:
             lock_plan(self.run_dir, entry, items, self.reserved_cases, self.data_dir)
         except (FreezeError, SealedSuiteError) as exc:
-            raise pytest.UsageError(str(exc)) from exc
+            refuse(self.config, items, str(exc))
 
     def start_pipeline(self) -> None:
         """With `--concurrency` above 1 (or `auto` for a model analyst), trials run ahead."""

@@ -88,7 +88,9 @@ def test_under_xdist_each_selected_reserved_item_fails_naming_freeze_and_none_ru
     result = run(pytester, "-m", "reserved", "-n", "2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=17)
-    result.stdout.fnmatch_lines(["acc-res-signed-revenue: reserved cases run only*add --freeze*"])
+    result.stdout.fnmatch_lines(
+        ["acc-res-signed-revenue?t1?: reserved cases run only*add --freeze*"]
+    )
     assert not (candidate / "results").exists() or not list(
         (candidate / "results").rglob("records.jsonl")
     )
@@ -163,6 +165,16 @@ def test_without_the_secret_a_frozen_run_is_refused_saying_what_is_missing(
     result.stderr.fnmatch_lines(
         [f"*reserved suite acceptance-v1 is sealed*Set {SECRET_ENV}*or {SECRET_FILE_ENV}*"]
     )
+
+
+def test_under_xdist_a_refused_frozen_run_fails_every_item_with_the_reason(
+    pytester: pytest.Pytester, candidate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SECRET_FILE_ENV)
+    result = run(pytester, "-m", "reserved", "--freeze", "-n", "2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=17)
+    result.stdout.fnmatch_lines([f"acc-res-zero-profit?t1?: *is sealed*Set {SECRET_ENV}*"])
 
 
 def test_a_different_secret_fails_the_commitment_check_loudly(
