@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_own_data_tutorial import ANSWERABLE, UNANSWERABLE, outcomes, tutorial
 
 from pytest_backintel.cli import main
 from pytest_backintel.loading import load_scenario_file
 from pytest_backintel.user_data import user_source
-from tests.test_own_data_tutorial import ANSWERABLE, UNANSWERABLE, outcomes, tutorial
 
 BIN = Path(sys.executable).parent
 ADMIN_DSN = os.environ.get("BACKINTEL_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -107,42 +107,40 @@ def shop_postgres() -> Iterator[str]:
         admin.close()  # type: ignore[attr-defined]
 
 
-def test_the_tutorial_on_an_existing_postgres_database(tmp_path: Path, shop_postgres: str) -> None:
+def test_the_tutorial_on_an_existing_postgres_database(
+    tmp_path: Path, shop_postgres: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = project(tmp_path, "{postgres: SHOP_DSN}")
-    env_dsn = {"SHOP_DSN": shop_postgres}
-    os.environ.update(env_dsn)
+    monkeypatch.setenv("SHOP_DSN", shop_postgres)
+    scenario = load_scenario_file(folder / "scenarios" / "delivered-orders.scenario.yaml")
+    source = user_source(scenario.dataset)
+    assert source is not None
+    from stores.postgres_clone import PostgresCloneStore
+
+    clone = PostgresCloneStore(tmp_path / "w", shop_postgres)
+    before = clone.source_fingerprint()
+    item = clone.provision(source.ensure_built(tmp_path))
     try:
-        scenario = load_scenario_file(folder / "scenarios" / "delivered-orders.scenario.yaml")
-        source = user_source(scenario.dataset)
-        assert source is not None
-        from stores.postgres_clone import PostgresCloneStore
-
-        clone = PostgresCloneStore(tmp_path / "w", shop_postgres)
-        before = clone.source_fingerprint()
-        item = clone.provision(source.ensure_built(tmp_path))
-        try:
-            with item.connect() as session:
-                info = session.describe_table("orders")
-                types = {c.name: (c.type, c.nullable) for c in info.columns}
-            assert types["ordered_on"] == ("date", False)
-            assert types["amount_eur"] == ("numeric(10,2)", False)
-            assert item.fingerprint().logical == before.logical
-        finally:
-            item.teardown()
-
-        build = backintel(folder, "references", "build")
-        assert build.returncode == 0, build.stderr
-        ref = pytest_run(folder, "--run-id", "pg")
-        assert ref.returncode == 0, ref.stdout + ref.stderr
-        assert outcomes(folder, "pg") == dict.fromkeys(ALL, "pass")
-        records = (folder / "results" / "pg" / "records.jsonl").read_text().splitlines()
-        assert {json.loads(r)["backend"] for r in records} == {"postgres"}
-        perturbed = pytest_run(folder, "--analyst", "perturbed", "--run-id", "pg-perturbed")
-        assert {outcomes(folder, "pg-perturbed")[s] for s in ANSWERABLE} == {"wrong_value"}
-        assert perturbed.returncode == 1
-        assert clone.source_fingerprint() == before  # the source was never written
+        with item.connect() as session:
+            info = session.describe_table("orders")
+            types = {c.name: (c.type, c.nullable) for c in info.columns}
+        assert types["ordered_on"] == ("date", False)
+        assert types["amount_eur"] == ("numeric(10,2)", False)
+        assert item.fingerprint().logical == before.logical
     finally:
-        os.environ.pop("SHOP_DSN", None)
+        item.teardown()
+
+    build = backintel(folder, "references", "build")
+    assert build.returncode == 0, build.stderr
+    ref = pytest_run(folder, "--run-id", "pg")
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    assert outcomes(folder, "pg") == dict.fromkeys(ALL, "pass")
+    records = (folder / "results" / "pg" / "records.jsonl").read_text().splitlines()
+    assert {json.loads(r)["backend"] for r in records} == {"postgres"}
+    perturbed = pytest_run(folder, "--analyst", "perturbed", "--run-id", "pg-perturbed")
+    assert {outcomes(folder, "pg-perturbed")[s] for s in ANSWERABLE} == {"wrong_value"}
+    assert perturbed.returncode == 1
+    assert clone.source_fingerprint() == before  # the source was never written
 
 
 # -- files and folders -----------------------------------------------------------------------
