@@ -18,6 +18,7 @@ from pytest_backintel.contract import AnalystAnswer, parse_answer
 from pytest_backintel.evidence import reexecute
 from pytest_backintel.loading import (
     SCHEMA_PATH,
+    ScenarioFileError,
     find_scenarios,
     load_scenario_file,
     render_json_schema,
@@ -89,13 +90,19 @@ def _data_build(args: argparse.Namespace) -> int:
 def _score(args: argparse.Namespace) -> int:
     """Score one hand-written answer against one scenario, as a trial would."""
     from pytest_backintel.backends import bound_store
+    from pytest_backintel.references import discover
     from pytest_backintel.scoring import score_answer
     from pytest_backintel.user_data import world_for
 
-    scenarios = find_scenarios() if args.scenario is None else {}
     if args.scenario is not None:
         scenario = load_scenario_file(Path(args.scenario))
         scenarios, args.case = {scenario.id: (Path(args.scenario), scenario)}, scenario.id
+    else:  # the suites under the current folder, then the shipped benchmark
+        try:
+            scenarios = {s.id: (p, s) for p, s in discover([Path.cwd()])} | find_scenarios()
+        except ScenarioFileError as exc:
+            print(f"{exc}\n(fix it, or name the case's file with --scenario)", file=sys.stderr)
+            return 2
     manifest_case = None if args.case in scenarios else find_manifest_case(ROOT, args.case)
     if args.case in scenarios:
         scenario = scenarios[args.case][1]

@@ -408,6 +408,8 @@ def test_score_one_answer_for_a_scenario_file_of_your_own(tmp_path: Path) -> Non
     right = backintel(folder, "score", "--scenario", scenario, answer(126.0))
     assert right.returncode == 0, right.stdout + right.stderr
     assert json.loads(right.stdout)["outcome"] == "pass"
+    by_id = backintel(folder, "score", "--case", "delivered-revenue", answer(126.0))
+    assert by_id.returncode == 0, by_id.stdout + by_id.stderr  # found under the current folder
     wrong = backintel(folder, "score", "--scenario", scenario, answer(126.01))
     assert wrong.returncode == 1
     assert json.loads(wrong.stdout)["outcome"] in {"wrong_value", "unsupported_evidence"}
