@@ -453,3 +453,24 @@ def test_validate_runs_check_queries_on_a_registered_world_when_asked(
         rf"{bad}:\d+: check_sql: does not run on the bound world olist \(sqlite\): .*order_lines",
         err,
     ), err
+
+
+@pytest.mark.parametrize(
+    ("binding", "message"),
+    [
+        ("{sqlite: ../nope.sqlite}", "dataset.sqlite: no sqlite file at "),
+        ("{parquet: ..}", "dataset.parquet: the folder "),
+        ("{postgres: NO_SUCH_DSN_VAR}", "environment variable NO_SUCH_DSN_VAR"),
+        ("{postgres: 'mysql://x/y'}", "is not a postgresql://user@host:port/dbname DSN"),
+        ("{sqlite: ../shop.sqlite, store: duckdb}", "cannot run on --store duckdb"),
+        ("{sqlite: ../shop.sqlite, csv: ..}", "dataset: Value error, bind one source, not 2"),
+    ],
+)
+def test_a_bad_binding_is_a_file_line_error_at_collection(
+    tmp_path: Path, binding: str, message: str
+) -> None:
+    folder = project(tmp_path, binding)
+    result = pytest_run(folder, "-k", "delivered-orders")
+    assert result.returncode == pytest.ExitCode.INTERRUPTED, result.stdout
+    assert re.search(r"delivered-orders\.scenario\.yaml:5: ", result.stdout), result.stdout
+    assert message in result.stdout
