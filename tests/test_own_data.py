@@ -474,3 +474,16 @@ def test_a_bad_binding_is_a_file_line_error_at_collection(
     assert result.returncode == pytest.ExitCode.INTERRUPTED, result.stdout
     assert re.search(r"delivered-orders\.scenario\.yaml:5: ", result.stdout), result.stdout
     assert message in result.stdout
+
+
+def test_a_damaged_lock_is_named_not_crashed_on(tmp_path: Path) -> None:
+    folder = project(tmp_path)
+    lock = folder / "scenarios" / "backintel.lock.json"
+    lock.write_text("{not json")
+    check = backintel(folder, "references", "build", "--check")
+    assert check.returncode == 1
+    assert f"{lock} is out of date for canceled-share, delivered-orders" in check.stderr
+    pytest_run(folder, "-k", "delivered-orders", "--run-id", "damaged")
+    record = json.loads((folder / "results" / "damaged" / "records.jsonl").read_text())
+    assert record["outcome"] == "infra_error"
+    assert f"{lock}: not a readable lock file" in record["reasons"][0]["message"]
