@@ -16,6 +16,7 @@ from pytest_backintel.cleanup import register as register_clean
 from pytest_backintel.contract import parse_answer
 from pytest_backintel.loading import (
     SCHEMA_PATH,
+    ScenarioFileError,
     find_scenarios,
     load_scenario_file,
     render_json_schema,
@@ -90,11 +91,17 @@ def _score(args: argparse.Namespace) -> int:
 
     from pytest_backintel.backends import store_spec
     from pytest_backintel.hand_score import HandScorer
+    from pytest_backintel.references import discover
 
-    scenarios = find_scenarios() if args.scenario is None else {}
     if args.scenario is not None:
         scenario = load_scenario_file(Path(args.scenario))
         scenarios, args.case = {scenario.id: (Path(args.scenario), scenario)}, scenario.id
+    else:  # the suites under the current folder, then the shipped benchmark
+        try:
+            scenarios = {s.id: (p, s) for p, s in discover([Path.cwd()])} | find_scenarios()
+        except ScenarioFileError as exc:
+            print(f"{exc}\n(fix it, or name the case's file with --scenario)", file=sys.stderr)
+            return 2
     manifest_case = None if args.case in scenarios else find_manifest_case(ROOT, args.case)
     if args.case in scenarios:
         scenario = scenarios[args.case][1]

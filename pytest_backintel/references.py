@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_backintel.dialects import translate
 from pytest_backintel.loading import load_scenario_file
-from pytest_backintel.lockfile import LOCK_NAME, read_lock, render_lock, spec_of
+from pytest_backintel.lockfile import LOCK_NAME, LockError, read_lock, render_lock, spec_of
 from pytest_backintel.scenario import MetricKind, Scenario
 from pytest_backintel.tolerance import compare_metric
 from pytest_backintel.user_data import NATIVE, user_source
@@ -217,11 +217,11 @@ def build_locks(roots: list[Path], *, check: bool, root: Path) -> tuple[list[str
         current = lock.read_text(encoding="utf-8") if lock.exists() else None
         if check:
             if current != text:
-                stale = sorted(
-                    sid
-                    for sid, e in entries.items()
-                    if (read_lock(lock).get(sid) if current else None) != e
-                )
+                try:
+                    old = read_lock(lock)
+                except LockError:
+                    old = {}
+                stale = sorted(sid for sid, e in entries.items() if old.get(sid) != e)
                 problems.append(f"{lock} is out of date for {', '.join(stale) or 'its layout'}")
             else:
                 done.append(f"{lock}: {len(entries)} reference(s) up to date")

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_own_data_tutorial import ANSWERABLE, UNANSWERABLE, outcomes, tutorial
 
 from pytest_backintel.cli import main
 from pytest_backintel.loading import load_scenario_file
 from pytest_backintel.user_data import user_source
-from tests.test_own_data_tutorial import ANSWERABLE, UNANSWERABLE, outcomes, tutorial
 
 BIN = Path(sys.executable).parent
 ADMIN_DSN = os.environ.get("BACKINTEL_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -107,42 +107,40 @@ def shop_postgres() -> Iterator[str]:
         admin.close()  # type: ignore[attr-defined]
 
 
-def test_the_tutorial_on_an_existing_postgres_database(tmp_path: Path, shop_postgres: str) -> None:
+def test_the_tutorial_on_an_existing_postgres_database(
+    tmp_path: Path, shop_postgres: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = project(tmp_path, "{postgres: SHOP_DSN}")
-    env_dsn = {"SHOP_DSN": shop_postgres}
-    os.environ.update(env_dsn)
+    monkeypatch.setenv("SHOP_DSN", shop_postgres)
+    scenario = load_scenario_file(folder / "scenarios" / "delivered-orders.scenario.yaml")
+    source = user_source(scenario.dataset)
+    assert source is not None
+    from stores.postgres_clone import PostgresCloneStore
+
+    clone = PostgresCloneStore(tmp_path / "w", shop_postgres)
+    before = clone.source_fingerprint()
+    item = clone.provision(source.ensure_built(tmp_path))
     try:
-        scenario = load_scenario_file(folder / "scenarios" / "delivered-orders.scenario.yaml")
-        source = user_source(scenario.dataset)
-        assert source is not None
-        from stores.postgres_clone import PostgresCloneStore
-
-        clone = PostgresCloneStore(tmp_path / "w", shop_postgres)
-        before = clone.source_fingerprint()
-        item = clone.provision(source.ensure_built(tmp_path))
-        try:
-            with item.connect() as session:
-                info = session.describe_table("orders")
-                types = {c.name: (c.type, c.nullable) for c in info.columns}
-            assert types["ordered_on"] == ("date", False)
-            assert types["amount_eur"] == ("numeric(10,2)", False)
-            assert item.fingerprint().logical == before.logical
-        finally:
-            item.teardown()
-
-        build = backintel(folder, "references", "build")
-        assert build.returncode == 0, build.stderr
-        ref = pytest_run(folder, "--run-id", "pg")
-        assert ref.returncode == 0, ref.stdout + ref.stderr
-        assert outcomes(folder, "pg") == dict.fromkeys(ALL, "pass")
-        records = (folder / "results" / "pg" / "records.jsonl").read_text().splitlines()
-        assert {json.loads(r)["backend"] for r in records} == {"postgres"}
-        perturbed = pytest_run(folder, "--analyst", "perturbed", "--run-id", "pg-perturbed")
-        assert {outcomes(folder, "pg-perturbed")[s] for s in ANSWERABLE} == {"wrong_value"}
-        assert perturbed.returncode == 1
-        assert clone.source_fingerprint() == before  # the source was never written
+        with item.connect() as session:
+            info = session.describe_table("orders")
+            types = {c.name: (c.type, c.nullable) for c in info.columns}
+        assert types["ordered_on"] == ("date", False)
+        assert types["amount_eur"] == ("numeric(10,2)", False)
+        assert item.fingerprint().logical == before.logical
     finally:
-        os.environ.pop("SHOP_DSN", None)
+        item.teardown()
+
+    build = backintel(folder, "references", "build")
+    assert build.returncode == 0, build.stderr
+    ref = pytest_run(folder, "--run-id", "pg")
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    assert outcomes(folder, "pg") == dict.fromkeys(ALL, "pass")
+    records = (folder / "results" / "pg" / "records.jsonl").read_text().splitlines()
+    assert {json.loads(r)["backend"] for r in records} == {"postgres"}
+    perturbed = pytest_run(folder, "--analyst", "perturbed", "--run-id", "pg-perturbed")
+    assert {outcomes(folder, "pg-perturbed")[s] for s in ANSWERABLE} == {"wrong_value"}
+    assert perturbed.returncode == 1
+    assert clone.source_fingerprint() == before  # the source was never written
 
 
 # -- files and folders -----------------------------------------------------------------------
@@ -410,6 +408,8 @@ def test_score_one_answer_for_a_scenario_file_of_your_own(tmp_path: Path) -> Non
     right = backintel(folder, "score", "--scenario", scenario, answer(126.0))
     assert right.returncode == 0, right.stdout + right.stderr
     assert json.loads(right.stdout)["outcome"] == "pass"
+    by_id = backintel(folder, "score", "--case", "delivered-revenue", answer(126.0))
+    assert by_id.returncode == 0, by_id.stdout + by_id.stderr  # found under the current folder
     wrong = backintel(folder, "score", "--scenario", scenario, answer(126.01))
     assert wrong.returncode == 1
     assert json.loads(wrong.stdout)["outcome"] in {"wrong_value", "unsupported_evidence"}
@@ -453,3 +453,37 @@ def test_validate_runs_check_queries_on_a_registered_world_when_asked(
         rf"{bad}:\d+: check_sql: does not run on the bound world olist \(sqlite\): .*order_lines",
         err,
     ), err
+
+
+@pytest.mark.parametrize(
+    ("binding", "message"),
+    [
+        ("{sqlite: ../nope.sqlite}", "dataset.sqlite: no sqlite file at "),
+        ("{parquet: ..}", "dataset.parquet: the folder "),
+        ("{postgres: NO_SUCH_DSN_VAR}", "environment variable NO_SUCH_DSN_VAR"),
+        ("{postgres: 'mysql://x/y'}", "is not a postgresql://user@host:port/dbname DSN"),
+        ("{sqlite: ../shop.sqlite, store: duckdb}", "cannot run on --store duckdb"),
+        ("{sqlite: ../shop.sqlite, csv: ..}", "dataset: Value error, bind one source, not 2"),
+    ],
+)
+def test_a_bad_binding_is_a_file_line_error_at_collection(
+    tmp_path: Path, binding: str, message: str
+) -> None:
+    folder = project(tmp_path, binding)
+    result = pytest_run(folder, "-k", "delivered-orders")
+    assert result.returncode == pytest.ExitCode.INTERRUPTED, result.stdout
+    assert re.search(r"delivered-orders\.scenario\.yaml:5: ", result.stdout), result.stdout
+    assert message in result.stdout
+
+
+def test_a_damaged_lock_is_named_not_crashed_on(tmp_path: Path) -> None:
+    folder = project(tmp_path)
+    lock = folder / "scenarios" / "backintel.lock.json"
+    lock.write_text("{not json")
+    check = backintel(folder, "references", "build", "--check")
+    assert check.returncode == 1
+    assert f"{lock} is out of date for canceled-share, delivered-orders" in check.stderr
+    pytest_run(folder, "-k", "delivered-orders", "--run-id", "damaged")
+    record = json.loads((folder / "results" / "damaged" / "records.jsonl").read_text())
+    assert record["outcome"] == "infra_error"
+    assert f"{lock}: not a readable lock file" in record["reasons"][0]["message"]
