@@ -51,6 +51,11 @@ def header_lines(opts: BenchOptions, run_dir: Path, sandbox: dict[str, Any]) -> 
         f"backintel: store {opts.store}, trials {opts.trials}, run {run_dir}",
     ]
     lines += price_warnings(opts.model, opts.analyst, opts.run_limits, opts.limits.max_cost_usd)
+    if opts.analyst == "model":
+        from pytest_backintel.run_folder import model_api_of
+
+        where = f" at {opts.model_base_url}" if opts.model_base_url else ""
+        lines[0] += f" (API {model_api_of(opts)}{where})"
     if opts.analyst == "reference" and not opts.model:
         lines[0] += "; no model configured (--model or BACKINTEL_MODEL)"
     lines.append(f"backintel: sandbox {sandbox['backend']}")

@@ -88,6 +88,7 @@ def test_the_documented_command_reaches_the_server_and_scores_its_answers(
     assert {r.model for r in model_server.requests} == {"qwen3"}, "the bare name is sent"
     assert len(model_server.requests) == 9
     assert (run["model_api"], run["model_base_url"]) == ("chat_completions", model_server.url)
+    assert f"analyst openai:qwen3 (API chat_completions at {model_server.url})" in done.stdout
 
 
 def test_provider_failures_are_blocked_and_stop_the_run(

@@ -17,10 +17,15 @@ from pytest_backintel.testing.model_server import Failure, ModelServer, Step, un
 FEW = helpers.FEW
 
 
-def bench(pytester: pytest.Pytester, *args: str, paths: list[Path] = FEW) -> pytest.RunResult:
+def bench(
+    pytester: pytest.Pytester,
+    *args: str,
+    paths: list[Path] = FEW,
+    workers: tuple[str, ...] = ("-p", "no:xdist"),
+) -> pytest.RunResult:
     results = pytester.path / "results"
     return pytester.runpytest_subprocess(
-        *map(str, paths), f"--results-dir={results}", "-p", "no:xdist", *args
+        *map(str, paths), f"--results-dir={results}", *workers, *args
     )
 
 
@@ -46,11 +51,13 @@ def assert_one_usage_error(result: pytest.RunResult, *needles: str) -> None:
 # -- model configuration: one usage error before the first item -------------------------------
 
 
+@pytest.mark.parametrize("workers", [("-p", "no:xdist"), ("-n", "2")], ids=["serial", "xdist"])
 def test_a_model_without_its_key_is_one_usage_error_naming_the_key(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: tuple[str, ...]
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    result = bench(pytester, "--model", "anthropic:claude-sonnet-4-5", "--run-id", "k")
+    model = ("--model", "anthropic:claude-sonnet-4-5")
+    result = bench(pytester, *model, "--run-id", "k", workers=workers)
     assert_one_usage_error(result, "--model anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY")
     assert not (pytester.path / "results" / "k").exists(), "nothing ran, nothing is written"
 
@@ -67,6 +74,23 @@ def test_a_bad_model_configuration_is_one_usage_error(
     pytester: pytest.Pytester, args: list[str], needle: str
 ) -> None:
     assert_one_usage_error(bench(pytester, *args), needle)
+
+
+def test_a_sandbox_that_cannot_run_is_one_usage_error_naming_the_fix(
+    pytester: pytest.Pytester,
+) -> None:
+    from pytest_backintel.sandbox.base import SandboxUnavailable
+    from pytest_backintel.sandbox.registry import create_provider
+
+    try:  # only where no docker engine answers (the usual case on a developer's machine)
+        create_provider("docker", pytester.path / "probe").setup_session()
+    except SandboxUnavailable:
+        pass
+    else:
+        pytest.skip("a docker engine answers here")
+    result = bench(pytester, "--sandbox", "docker", "--run-id", "d")
+    assert_one_usage_error(result, "docker")
+    assert not (pytester.path / "results" / "d").exists()
 
 
 # -- run folders ---------------------------------------------------------------------------------
