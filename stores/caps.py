@@ -10,6 +10,7 @@ cuts cells to the cap, stops adding rows once the result passes `max_bytes`, and
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ __all__ = [
     "ResultCollector",
     "cell_cap",
     "cell_size",
+    "clickhouse_capped_select",
     "duckdb_capped_select",
     "postgres_capped_select",
     "sqlite_capped_query",
@@ -150,6 +152,30 @@ _FIXED = frozenset(
      "timestamp with time zone", "time with time zone", "interval", "uuid", "enum", "null"}
 )  # fmt: skip
 """DuckDB type ids of bounded size, passed through the wrapping query unchanged."""
+
+
+_CH_FIXED = re.compile(
+    r"^(Nullable\()?(U?Int\d+|Float\d+|Bool|Decimal.*|Date.*|UUID|Enum.*|IPv[46])\)?$"
+)
+"""ClickHouse types of bounded size, passed through the wrapping query unchanged."""
+
+
+def clickhouse_capped_select(
+    body: str, names: Sequence[str], types: Sequence[str], cap: int, max_rows: int
+) -> str:
+    """`body` as a subquery: strings cut to `cap + 1` bytes, other variable-size values
+    (arrays, maps, tuples, JSON) rendered as text and cut, at most `max_rows + 1` rows."""
+    exprs = []
+    for name, kind in zip(names, types, strict=True):
+        column = "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+        if _CH_FIXED.match(kind):
+            exprs.append(f"{column} AS {column}")
+        elif re.match(r"^(Nullable\()?(String|FixedString)", kind):
+            exprs.append(f"substring({column}, 1, {cap + 1}) AS {column}")
+        else:
+            exprs.append(f"substring(toString({column}), 1, {cap + 1}) AS {column}")
+    select = ", ".join(exprs) or "*"
+    return f"SELECT {select} FROM (\n{body}\n) AS _bi_q LIMIT {max_rows + 1}"
 
 
 def duckdb_capped_select(body: str, type_ids: Sequence[str], cap: int, max_rows: int) -> str:

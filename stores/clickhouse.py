@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from stores import clickhouse_policy as policy
 from stores.base import (
+    MAX_RESULT_BYTES,
     MAX_ROWS,
     Column,
     DatasetFiles,
@@ -55,6 +56,7 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
+from stores.caps import ResultCollector, cell_cap, clickhouse_capped_select
 from stores.clickhouse_engine import Engine, arrow, cells, clickhouse_type, literal, quote
 from stores.fingerprint import LogicalHasher, tree_sha256
 
@@ -109,8 +111,11 @@ class ClickHouseSession(StoreSession):
             row_count=int(count["n"][0].as_py()),
         )
 
-    def run_sql(self, sql: str, max_rows: int = MAX_ROWS) -> QueryResult:
-        """Checked as `stores.clickhouse_policy` says; the canonical text is what runs."""
+    def run_sql(
+        self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
+    ) -> QueryResult:
+        """Checked as `stores.clickhouse_policy` says; the canonical text is what runs, wrapped
+        so the engine cuts every variable-size cell and stops at `max_rows + 1` rows."""
         policy.single_statement(sql)
         with self._lock:
             formatted = self._query(f"SELECT formatQuerySingleLine({literal(sql)})", max_rows, sql)
@@ -119,19 +124,16 @@ class ClickHouseSession(StoreSession):
             ast = self._query(f"EXPLAIN AST {canonical}", max_rows, sql)
             lines = [str(v) for v in ast.column(0).to_pylist()] if ast.num_columns else []
             policy.check_statement("\n".join(lines), self._item.store_id, self._engine.databases())
-            table = self._query(canonical, max_rows)
-            declared = None
-            if any(f.type == pa.uint32() for f in table.schema):
-                described = self._query(f"DESCRIBE ({canonical})", max_rows)
-                names, types = described["name"].to_pylist(), described["type"].to_pylist()
-                declared = dict(zip(names, types, strict=True))
-        rows = cells(table.slice(0, max_rows + 1), declared)
-        return QueryResult(
-            columns=list(table.column_names),
-            rows=rows[:max_rows],
-            truncated=len(rows) > max_rows,
-            max_rows=max_rows,
-        )
+            described = self._query(f"DESCRIBE ({canonical})", max_rows, sql)
+            names, types = described["name"].to_pylist(), described["type"].to_pylist()
+            cap = cell_cap(len(names), max_rows, max_bytes)
+            table = self._query(
+                clickhouse_capped_select(canonical, names, types, cap, max_rows), max_rows
+            )
+            declared = dict(zip(names, types, strict=True))
+        out = ResultCollector(list(names), max_rows, max_bytes, cap)
+        out.extend(cells(table.slice(0, max_rows + 1), declared))
+        return out.result()
 
     def engine_query(self, sql: str) -> pa.Table:
         """`sql` on the analyst's read-only connection without the statement check (tests use

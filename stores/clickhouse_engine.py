@@ -22,7 +22,7 @@ from stores.base import StoreError
 
 __all__ = ["MEMORY_LIMIT", "Engine", "arrow", "cells", "clickhouse_type", "literal", "quote"]
 
-MEMORY_LIMIT = 1_000_000_000
+MEMORY_LIMIT = 256_000_000
 _INSTALL = "the clickhouse store needs chDB: run `uv add chdb`"
 
 

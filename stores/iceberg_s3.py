@@ -42,6 +42,7 @@ from stores._duckdb_common import (
 )
 from stores._extensions import load_extensions, open_guarded_with
 from stores.base import (
+    MAX_RESULT_BYTES,
     MAX_ROWS,
     DatasetFiles,
     QueryRefused,
@@ -81,7 +82,9 @@ def create_secret(conn: duckdb.DuckDBPyConnection, endpoint: S3Endpoint, prefix:
 class S3Session(DuckDBSession):
     """A guarded DuckDB session that also refuses reading its own secret's details."""
 
-    def run_sql(self, sql: str, max_rows: int = MAX_ROWS) -> QueryResult:
+    def run_sql(
+        self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
+    ) -> QueryResult:
         try:
             tree = self._conn.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
         except duckdb.Error:
@@ -91,7 +94,7 @@ class S3Session(DuckDBSession):
                 "duckdb_secrets() and which_secret() are refused: the store's credentials are "
                 "not the analyst's to read"
             )
-        return super().run_sql(sql, max_rows)
+        return super().run_sql(sql, max_rows, max_bytes)
 
 
 class ProvisionedIcebergS3(FolderItem):
