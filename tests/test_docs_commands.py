@@ -32,18 +32,31 @@ PLACEHOLDERS = {
     "<id>": "l1-delivered-orders",
 }
 NO_PLUGINS = ["-p", "no:xdist", "-p", "no:syrupy"]
-NOT_COLLECTED: dict[str, str] = {}
+FROZEN = "needs the evaluator's secret and a clean tree; tests/test_freeze.py runs frozen runs"
+NOT_COLLECTED: dict[str, str] = {
+    "uv run pytest -m reserved --freeze": FROZEN,
+    "uv run pytest -m development --analyst replay:results/rec": (
+        "replays the run the command before it recorded; tests/test_replay_analyst.py records "
+        "and replays"
+    ),
+}
 """Command (as written) -> why it is not collected here and which test runs it instead."""
 
 
 def _candidates(text: str) -> list[tuple[int, str]]:
     """Code in a Markdown text by line: whole lines of code blocks, inline `spans` elsewhere."""
-    found, fenced = [], False
+    found: list[tuple[int, str]] = []
+    fenced, continued = False, False
     for number, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
         elif fenced or line.startswith("    "):
-            found.append((number, line.split("  #", 1)[0].strip()))
+            code = line.split("  #", 1)[0].strip()
+            if continued:  # a shell line continued with a backslash
+                found[-1] = (found[-1][0], found[-1][1][:-1].rstrip() + " " + code)
+            else:
+                found.append((number, code))
+            continued = code.endswith("\\")
         else:
             found += [(number, span.strip()) for span in re.findall(r"`([^`]+)`", line)]
     return found
@@ -85,6 +98,14 @@ def _without_workers(args: list[str]) -> list[str]:
     return kept
 
 
+def _into(arg: str, tmp_path: Path) -> str:
+    """`--junitxml=F` / `--html=F` with the file moved into `tmp_path`."""
+    for option in ("--junitxml=", "--html="):
+        if arg.startswith(option):
+            return option + str(tmp_path / Path(arg.removeprefix(option)).name)
+    return arg
+
+
 def test_the_docs_show_commands() -> None:
     assert len(COMMANDS) >= 10
 
@@ -100,7 +121,7 @@ def test_a_documented_command_runs_as_written(where: str, command: str, tmp_path
         except SystemExit as exc:
             pytest.fail(f"{where}: `{command}` does not parse (exit {exc.code})")
         return
-    args = _without_workers(words[1:])
+    args = [_into(arg, tmp_path) for arg in _without_workers(words[1:])]
     results = ["--results-dir", str(tmp_path / "results")]  # nothing written into the repo
     done = subprocess.run(
         # syrupy fails a collect-only session for "unused" snapshots; xdist is not needed
