@@ -20,6 +20,7 @@ from pytest_backintel.loading import (
     render_json_schema,
 )
 from pytest_backintel.manifests import find_manifest_case
+from pytest_backintel.scenario import Scenario
 
 __all__ = ["main"]
 
@@ -106,6 +107,42 @@ def _references_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _find_case(case_id: str) -> tuple[Scenario, Path | None] | None:
+    scenarios = find_scenarios()
+    if case_id in scenarios:
+        return scenarios[case_id][1], None
+    found = find_manifest_case(ROOT, case_id)
+    return (found[1], found[0]) if found is not None else None
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    """Score every recorded answer of a run again; fail on any outcome that differs."""
+    from pytest_backintel.hand_score import HandScorer, rescore_run
+    from pytest_backintel.records import read_records
+    from scenarios.worlds import data_dir
+
+    path = Path(args.run) / "records.jsonl"
+    if not path.is_file():
+        print(f"backintel score --run: no {path}", file=sys.stderr)
+        return 2
+    scorers: dict[str, HandScorer] = {}
+
+    def scorer_for(store: str) -> HandScorer:
+        if store not in scorers:
+            scorers[store] = HandScorer(data_dir(), store=store, sandbox=args.sandbox)
+        return scorers[store]
+
+    try:
+        scored, wrong = rescore_run(read_records(path), _find_case, scorer_for)
+    finally:
+        for scorer in scorers.values():
+            scorer.close()
+    for line in wrong:
+        print(line, file=sys.stderr)
+    print(f"{scored} recorded answers scored again: {scored - len(wrong)} agree with the trial")
+    return 1 if wrong else 0
+
+
 def _score(args: argparse.Namespace) -> int:
     """Score one hand-written answer against one scenario, exactly as a trial would."""
     import pytest
@@ -114,6 +151,11 @@ def _score(args: argparse.Namespace) -> int:
     from pytest_backintel.hand_score import HandScorer
     from scenarios.worlds import data_dir
 
+    if args.run:
+        return _rescore(args)
+    if not args.case or not args.answer:
+        print("backintel score: give --case and an answer file, or --run", file=sys.stderr)
+        return 2
     scenarios = find_scenarios()
     manifest_case = None if args.case in scenarios else find_manifest_case(ROOT, args.case)
     if args.case in scenarios:
@@ -192,8 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = refs.add_parser("build", help="compute references with oracles, cross-check with SQL")
     p.add_argument("--check", action="store_true", help="verify without writing")
     p.set_defaults(func=_references_build)
-    p = sub.add_parser("score", help="score one answer (JSON) for one case")
-    p.add_argument("--case", required=True, help="scenario id")
+    p = sub.add_parser("score", help="score one answer (JSON) for one case, or a whole run")
+    p.add_argument("--case", help="scenario id")
+    p.add_argument(
+        "--run", help="a run folder: score every recorded answer again, fail on a disagreement"
+    )
     p.add_argument(
         "--store",
         default="sqlite",
@@ -202,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sandbox", default=None, help="sandbox backend for Python evidence (default as pytest)"
     )
-    p.add_argument("answer", help="the answer's JSON file")
+    p.add_argument("answer", nargs="?", help="the answer's JSON file")
     p.set_defaults(func=_score)
     from reports.cli import register as register_reports
 

@@ -10,6 +10,7 @@ must-show list also run on DuckDB and PostgreSQL.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,15 @@ from scenarios.worlds import data_dir
 
 CASES = all_cases()
 MUST_SHOW = ["l1-delivered-orders", "acc-dev-zero-profit", "l1-orders-by-status"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _small_tpch() -> Iterator[None]:
+    """Level 7 at scale factor 0.01 unless the environment sets one (CI's main job runs it
+    at scale factor 1 through real items, and `backintel score --run` scores those again)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BACKINTEL_TPCH_SF", os.environ.get("BACKINTEL_TPCH_SF") or "0.01")
+        yield
 
 
 @pytest.fixture(scope="module", params=["sqlite", "duckdb", "postgres"])
@@ -242,3 +252,30 @@ def test_build_cross_checks_are_exact_and_run_check_python() -> None:
     )
     with pytest.raises(ReferenceMismatchError, match="check_python"):
         _values(wrong, world, files)
+
+
+def test_backintel_score_run_scores_every_recorded_answer_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from adversarial import reference_answer
+
+    hand = HandScorer(data_dir())
+    try:
+        scenario = CASES["l1-delivered-orders"].scenario
+        store, dialect = hand.store(scenario)
+        ref = reference_answer(hand, scenario, store, dialect).model_dump(mode="json")
+    finally:
+        hand.close()
+    literal = dict(ref, evidence=[dict(ref["evidence"][0], code="SELECT 3715 AS delivered_orders")])
+    base = {"scenario_id": "l1-delivered-orders", "trial": 1, "backend": "sqlite"}
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "records.jsonl").write_text(json.dumps(base | {"outcome": "pass", "answer": ref}))
+    assert main(["score", "--run", str(good)]) == 0
+    assert "1 recorded answers scored again: 1 agree" in capsys.readouterr().out
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "records.jsonl").write_text(json.dumps(base | {"outcome": "pass", "answer": literal}))
+    assert main(["score", "--run", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "the trial gave pass, backintel score gives unsupported_evidence" in err
