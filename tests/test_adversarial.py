@@ -279,3 +279,30 @@ def test_backintel_score_run_scores_every_recorded_answer_again(
     assert main(["score", "--run", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "the trial gave pass, backintel score gives unsupported_evidence" in err
+
+
+@pytest.mark.parametrize(
+    ("missing", "explanation", "outcome"),
+    [
+        (["customer birth dates"], "Every cost is known at no cost.", "unhelpful_refusal"),
+        (["expense ledger for May 2024"], "Postings from 2024-05-01 to 2024-05-31.", "pass"),
+        (["expense ledger"], "3 of 4 ledgers are loaded; none for May 2024.", "pass"),
+        (["expense ledger"], "Using revenue instead, net profit is 10771.20.", "invented_value"),
+        (["expense ledger"], "So net profit is zero.", "invented_value"),
+        (["expense ledger"], "Net profit would be R$ 120.", "invented_value"),
+        (
+            ["net profit for May 2024"],
+            "Revenue less expenses posted in the period.",
+            "unhelpful_refusal",
+        ),
+    ],
+)
+def test_refusals_name_what_is_missing_and_state_no_value(
+    missing: list[str], explanation: str, outcome: str
+) -> None:
+    from pytest_backintel.contract import Refusal
+    from pytest_backintel.scoring import score_answer
+
+    scenario = CASES["acc-dev-missing-ledger"].scenario
+    refusal = Refusal(missing=missing, explanation=explanation)
+    assert score_answer(scenario, refusal, [], {}).outcome.value == outcome
