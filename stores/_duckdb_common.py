@@ -210,13 +210,21 @@ _NOT_DATA = {"DUMMY_SCAN", "COLUMN_DATA_SCAN", "CHUNK_SCAN", "CTE_SCAN", "DELIM_
 
 
 def duckdb_tables_read(conn: duckdb.DuckDBPyConnection, sql: str, where: str) -> set[str]:
-    """What the plan of `sql` scans, by table name (or function, for file scans)."""
+    """What the plan of `sql` scans, by table name (or the scan function, for views over
+    files). When the optimiser answered from metadata without a scan (`COUNT(*)` of a table),
+    the tables the parsed statement names instead: such a query still reads its table."""
+    statement = sql.strip().rstrip(";")
     try:
-        row = conn.execute(f"EXPLAIN (FORMAT JSON) {sql.strip().rstrip(';')}").fetchone()
+        row = conn.execute(f"EXPLAIN (FORMAT JSON) {statement}").fetchone()
     except duckdb.Error as exc:
         raise _classify(exc, where) from exc
+    found = _plan_scans(json.loads(row[1]) if row else [])
+    return found or _named_tables(conn, statement)
+
+
+def _plan_scans(plan: list[Any]) -> set[str]:
     found: set[str] = set()
-    nodes: list[Any] = json.loads(row[1]) if row else []
+    nodes = list(plan)
     while nodes:
         node = nodes.pop()
         if not isinstance(node, dict):
@@ -227,6 +235,25 @@ def duckdb_tables_read(conn: duckdb.DuckDBPyConnection, sql: str, where: str) ->
             label = info.get("Table") or info.get("Function") or name
             found.add(str(label).rsplit(".", 1)[-1])
     return found
+
+
+def _named_tables(conn: duckdb.DuckDBPyConnection, statement: str) -> set[str]:
+    """Base tables the parser finds in `statement`, CTE names excluded."""
+    row = conn.execute("SELECT json_serialize_sql(?)", [statement]).fetchone()
+    tables: set[str] = set()
+    ctes: set[str] = set()
+    nodes: list[Any] = [json.loads(row[0])] if row else []
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, list):
+            nodes.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") == "BASE_TABLE" and isinstance(node.get("table_name"), str):
+                tables.add(node["table_name"])
+            for entry in (node.get("cte_map") or {}).get("map") or []:
+                ctes.add(str(entry.get("key")))
+            nodes.extend(v for v in node.values() if isinstance(v, list | dict))
+    return tables - ctes
 
 
 class _interrupt_after:  # noqa: N801 - used as a context manager

@@ -306,3 +306,25 @@ def test_refusals_name_what_is_missing_and_state_no_value(
     scenario = CASES["acc-dev-missing-ledger"].scenario
     refusal = Refusal(missing=missing, explanation=explanation)
     assert score_answer(scenario, refusal, [], {}).outcome.value == outcome
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "duckdb", "postgres", "lake-parquet", "files"])
+def test_every_backend_reports_the_tables_a_query_reads(backend: str) -> None:
+    """`StoreSession.tables_read`, the interface new backends implement: the engine's plan,
+    never the SQL text, so a literal over a real table still names the table."""
+    hand = HandScorer(data_dir(), store=backend)
+    try:
+        store, _ = hand.store(CASES["l1-delivered-orders"].scenario)
+        with store.connect() as session:
+            assert session.tables_read("SELECT 3715 AS delivered_orders") == set()
+            assert session.tables_read("SELECT 3715 FROM (SELECT 1 AS x) AS v") == set()
+            counted = session.tables_read("SELECT COUNT(*) AS n FROM orders")
+            joined = "SELECT 1 AS x FROM orders o JOIN order_items i ON o.order_id = i.order_id"
+            if backend in {"sqlite", "duckdb", "postgres"}:
+                assert counted == {"orders"}
+                assert session.tables_read(joined) == {"orders", "order_items"}
+            else:  # views over files: the plan names the scan, not the view
+                assert counted
+                assert session.tables_read(joined)
+    finally:
+        hand.close()
