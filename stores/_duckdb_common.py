@@ -12,7 +12,6 @@ allowed folder, so those are refused by statement type before they reach the eng
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -42,6 +41,7 @@ from stores.base import (
     TableInfo,
 )
 from stores.fingerprint import summary_digest, tree_sha256
+from stores.plans import DuckDBPlans
 
 __all__ = [
     "DuckDBSession",
@@ -140,7 +140,7 @@ def _classify(exc: duckdb.Error, where: str) -> QueryError:
     return QueryError(text)
 
 
-class DuckDBSession(StoreSession):
+class DuckDBSession(DuckDBPlans, StoreSession):
     """A guarded read-only DuckDB connection with a per-statement timeout."""
 
     def __init__(self, conn: duckdb.DuckDBPyConnection, *, timeout_s: float, where: str) -> None:
@@ -198,62 +198,6 @@ class DuckDBSession(StoreSession):
 
     def close(self) -> None:
         self._conn.close()
-
-    def tables_read(self, sql: str) -> set[str]:
-        """The scans in DuckDB's plan (`EXPLAIN (FORMAT JSON)`): tables, files, attached stores."""
-        with self._lock:
-            return duckdb_tables_read(self._conn, sql, self._where)
-
-
-_NOT_DATA = {"DUMMY_SCAN", "COLUMN_DATA_SCAN", "CHUNK_SCAN", "CTE_SCAN", "DELIM_SCAN"}
-"""Plan scans that read no stored data: a literal row, VALUES, CTE and correlated buffers."""
-
-
-def duckdb_tables_read(conn: duckdb.DuckDBPyConnection, sql: str, where: str) -> set[str]:
-    """What the plan of `sql` scans, by table name (or the scan function, for views over
-    files). When the optimiser answered from metadata without a scan (`COUNT(*)` of a table),
-    the tables the parsed statement names instead: such a query still reads its table."""
-    statement = sql.strip().rstrip(";")
-    try:
-        row = conn.execute(f"EXPLAIN (FORMAT JSON) {statement}").fetchone()
-    except duckdb.Error as exc:
-        raise _classify(exc, where) from exc
-    found = _plan_scans(json.loads(row[1]) if row else [])
-    return found or _named_tables(conn, statement)
-
-
-def _plan_scans(plan: list[Any]) -> set[str]:
-    found: set[str] = set()
-    nodes = list(plan)
-    while nodes:
-        node = nodes.pop()
-        if not isinstance(node, dict):
-            continue
-        nodes.extend(node.get("children") or [])
-        name, info = str(node.get("name", "")), node.get("extra_info") or {}
-        if ("SCAN" in name or name.startswith("READ_")) and name not in _NOT_DATA:
-            label = info.get("Table") or info.get("Function") or name
-            found.add(str(label).rsplit(".", 1)[-1])
-    return found
-
-
-def _named_tables(conn: duckdb.DuckDBPyConnection, statement: str) -> set[str]:
-    """Base tables the parser finds in `statement`, CTE names excluded."""
-    row = conn.execute("SELECT json_serialize_sql(?)", [statement]).fetchone()
-    tables: set[str] = set()
-    ctes: set[str] = set()
-    nodes: list[Any] = [json.loads(row[0])] if row else []
-    while nodes:
-        node = nodes.pop()
-        if isinstance(node, list):
-            nodes.extend(node)
-        elif isinstance(node, dict):
-            if node.get("type") == "BASE_TABLE" and isinstance(node.get("table_name"), str):
-                tables.add(node["table_name"])
-            for entry in (node.get("cte_map") or {}).get("map") or []:
-                ctes.add(str(entry.get("key")))
-            nodes.extend(v for v in node.values() if isinstance(v, list | dict))
-    return tables - ctes
 
 
 class _interrupt_after:  # noqa: N801 - used as a context manager
