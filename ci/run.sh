@@ -44,6 +44,8 @@ uv run pytest tests -n 2
 step "README: main job on the embedded default (SQLite, reference analyst)"
 uv run pytest -m development -n 2 --run-id ci-main
 uv run backintel report results/ci-main
+# backintel score equals a trial: every recorded answer scored again must get the same outcome
+uv run backintel score --run results/ci-main
 
 step "README on a fresh clone with no system bwrap on PATH (bubblewrap from PyPI)"
 fresh="$(mktemp -d)"

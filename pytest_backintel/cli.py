@@ -22,6 +22,7 @@ from pytest_backintel.loading import (
     render_json_schema,
 )
 from pytest_backintel.manifests import find_manifest_case
+from pytest_backintel.scenario import Scenario
 from pytest_backintel.worlds import data_dir, get_world
 
 __all__ = ["main"]
@@ -85,6 +86,41 @@ def _data_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _find_case(case_id: str) -> tuple[Scenario, Path | None] | None:
+    scenarios = find_scenarios()
+    if case_id in scenarios:
+        return scenarios[case_id][1], None
+    found = find_manifest_case(ROOT, case_id)
+    return (found[1], found[0]) if found is not None else None
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    """Score every recorded answer of a run again; fail on any outcome that differs."""
+    from pytest_backintel.hand_score import HandScorer, rescore_run
+    from pytest_backintel.records import read_records
+
+    path = Path(args.run) / "records.jsonl"
+    if not path.is_file():
+        print(f"backintel score --run: no {path}", file=sys.stderr)
+        return 2
+    scorers: dict[str, HandScorer] = {}
+
+    def scorer_for(store: str) -> HandScorer:
+        if store not in scorers:
+            scorers[store] = HandScorer(data_dir(Path.cwd()), store=store, sandbox=args.sandbox)
+        return scorers[store]
+
+    try:
+        scored, wrong = rescore_run(read_records(path), _find_case, scorer_for)
+    finally:
+        for scorer in scorers.values():
+            scorer.close()
+    for line in wrong:
+        print(line, file=sys.stderr)
+    print(f"{scored} recorded answers scored again: {scored - len(wrong)} agree with the trial")
+    return 1 if wrong else 0
+
+
 def _score(args: argparse.Namespace) -> int:
     """Score one hand-written answer against one scenario, exactly as a trial would."""
     import pytest
@@ -93,6 +129,14 @@ def _score(args: argparse.Namespace) -> int:
     from pytest_backintel.hand_score import HandScorer
     from pytest_backintel.references import discover
 
+    if args.run:
+        return _rescore(args)
+    if not (args.case or args.scenario) or not args.answer:
+        print(
+            "backintel score: give --case or --scenario and an answer file, or --run",
+            file=sys.stderr,
+        )
+        return 2
     if args.scenario is not None:
         scenario = load_scenario_file(Path(args.scenario))
         scenarios, args.case = {scenario.id: (Path(args.scenario), scenario)}, scenario.id
@@ -194,10 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world", default="olist")
     p.add_argument("--snapshot", default="base", help="a named snapshot (e.g. tpch: sf1)")
     p.set_defaults(func=_data_build)
-    p = sub.add_parser("score", help="score one answer (JSON) for one case")
-    case = p.add_mutually_exclusive_group(required=True)
+    p = sub.add_parser("score", help="score one answer (JSON) for one case, or a whole run")
+    case = p.add_mutually_exclusive_group()
     case.add_argument("--case", help="scenario id")
     case.add_argument("--scenario", help="a scenario file (e.g. one of your own)")
+    case.add_argument(
+        "--run", help="a run folder: score every recorded answer again, fail on a disagreement"
+    )
     p.add_argument(
         "--store",
         default="sqlite",
@@ -206,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sandbox", default=None, help="sandbox backend for Python evidence (default as pytest)"
     )
-    p.add_argument("answer", help="the answer's JSON file")
+    p.add_argument("answer", nargs="?", help="the answer's JSON file")
     p.set_defaults(func=_score)
     freeze = sub.add_parser("freeze", help="frozen runs").add_subparsers(
         dest="freeze_cmd", required=True

@@ -200,7 +200,10 @@ def _check_one(
             cmp = reproduces(spec, values[name], reported[name])
             res.reproduced[name] = cmp.ok
             if not cmp.ok:
-                res.details[name] = f"re-execution gave a different value: {cmp.detail}"
+                res.details[name] = (
+                    "re-execution gave a different value (expected: what it gave; got: what "
+                    f"the answer reports): {cmp.detail}"
+                )
     for probe in probes:
         if any(res.reproduced.values()):
             _follows_data(res, item, scenario, probe)

@@ -9,12 +9,12 @@ one `HandScorer`, so a test can score many answers cheaply.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_backintel.backends import StoreBackends, backend_for, store_spec
-from pytest_backintel.contract import AnalystAnswer, Refusal
+from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
 from pytest_backintel.evidence import EvidenceResult, reexecute
 from pytest_backintel.item_python import evidence_runner
 from pytest_backintel.manifests import manifest_reference
@@ -26,7 +26,7 @@ from pytest_backintel.scoring import TrialScore, score_answer
 from pytest_backintel.user_data import world_for
 from stores.base import DatasetFiles, ProvisionedStore
 
-__all__ = ["HandScorer"]
+__all__ = ["SCORED", "HandScorer", "rescore_run"]
 
 
 class HandScorer:
@@ -104,3 +104,45 @@ class HandScorer:
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
             self._sandboxes = None
+
+
+SCORED = {
+    "pass",
+    "wrong_value",
+    "missing_metric",
+    "duplicate_metric",
+    "unsupported_evidence",
+    "false_refusal",
+    "invented_value",
+    "unhelpful_refusal",
+}
+"""Outcomes decided by scoring an answer (the others say the answer never came)."""
+
+
+def rescore_run(
+    records: list[dict[str, Any]],
+    find: Callable[[str], tuple[Scenario, Path | None] | None],
+    scorer_for: Callable[[str], HandScorer],
+) -> tuple[int, list[str]]:
+    """Score every recorded answer of a run again; (answers scored, disagreements)."""
+    scored, wrong = 0, []
+    for record in records:
+        if record.get("outcome") not in SCORED or record.get("answer") is None:
+            continue
+        found = find(str(record["scenario_id"]))
+        if found is None:
+            wrong.append(f"{record['scenario_id']}: no such case")
+            continue
+        scenario, manifest = found
+        output = parse_answer(record["answer"])
+        score, _ = scorer_for(str(record.get("backend") or "sqlite")).score(
+            scenario, output, manifest
+        )
+        scored += 1
+        if score.outcome.value != record["outcome"]:
+            why = "; ".join(r.message for r in score.reasons)[:500]
+            wrong.append(
+                f"{record['scenario_id']} t{record.get('trial')}: the trial gave "
+                f"{record['outcome']}, backintel score gives {score.outcome.value} ({why})"
+            )
+    return scored, wrong

@@ -12,8 +12,8 @@ while the data moved. The copy keeps referential integrity, so a correct query s
 - every floating-point value is scaled by a factor between 1.0625 and 1.5 that varies from
   row to row and column to column, so sums, means, ratios and price changes move.
 
-The copy is built once per source (under a file lock, renamed into place when complete) and
-provisioned through the same `Store` interface as the real copy.
+The copy is built once per source and salt as Parquet (under a file lock, renamed into place
+when complete) and provisioned through the same `Store` interface as the real copy.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from stores.base import DatasetFiles
 
 __all__ = ["MIN_ROWS", "PERTURB_VERSION", "perturb_dataset", "perturb_tables"]
 
-PERTURB_VERSION = 2
+PERTURB_VERSION = 3
 """Bumped whenever the transformation changes, so old copies are never reused."""
 MIN_ROWS = 4
 DROP_ONE_IN = 4
@@ -53,13 +52,15 @@ def _id_like(name: str) -> bool:
 
 def _dropped(values: pl.Series, salt: int) -> pl.Series:
     """The deterministic sample of key values that the copy drops (about one in four)."""
-    key = salt.to_bytes(4, "big")
-    digests = [
-        int.from_bytes(hashlib.blake2b(str(v).encode(), digest_size=4, key=key).digest(), "big")
-        for v in values.to_list()
-    ]
-    mask = pl.Series([d % DROP_ONE_IN == 0 for d in digests])
-    return values.filter(mask)
+    unique = values.unique()
+    return unique.filter(unique.hash(seed=salt) % DROP_ONE_IN == 0)
+
+
+def _hits(df: pl.DataFrame, col: str, values: pl.Series) -> pl.Expr:
+    """Rows whose `col` is among `values` (compared as text when the types differ)."""
+    if df.schema[col] == values.dtype:
+        return pl.col(col).is_in(values.implode())
+    return pl.col(col).cast(pl.String).is_in(values.cast(pl.String).implode())
 
 
 def perturb_tables(tables: dict[str, pl.DataFrame], salt: int = 1) -> dict[str, pl.DataFrame]:
@@ -67,17 +68,17 @@ def perturb_tables(tables: dict[str, pl.DataFrame], salt: int = 1) -> dict[str, 
     `salt` (each salt drops other rows and scales by other factors)."""
     keys = {t: _canonical(t, df.columns) for t, df in tables.items()}
     entity: dict[str, str] = {}  # key name -> the table it identifies
-    drops: dict[str, set[str]] = {}
+    drops: dict[str, pl.Series] = {}
     for table, df in sorted(tables.items()):
         first = df.columns[0] if df.columns else None
         if first is None or not _id_like(keys[table][first]) or df.height < MIN_ROWS:
             continue
         if df[first].n_unique() != df.height or df[first].null_count():
             continue
-        entity.setdefault(keys[table][first], table)
-        drops.setdefault(keys[table][first], set()).update(
-            str(v) for v in _dropped(df[first], salt).to_list()
-        )
+        key = keys[table][first]
+        if key not in entity:
+            entity[key] = table
+            drops[key] = _dropped(df[first], salt)
     conditions: dict[str, pl.Expr] = {}
     changed = True
     while changed:
@@ -85,14 +86,15 @@ def perturb_tables(tables: dict[str, pl.DataFrame], salt: int = 1) -> dict[str, 
         for table, df in sorted(tables.items()):
             cond = pl.lit(False)
             for col, key in keys[table].items():
-                if drops.get(key):
-                    cond = cond | pl.col(col).cast(pl.String).is_in(sorted(drops[key]))
+                if key in drops and len(drops[key]):
+                    cond = cond | _hits(df, col, drops[key])
             conditions[table] = cond.fill_null(False)
             first = df.columns[0] if df.columns else ""
-            if first and entity.get(keys[table][first]) == table:
-                gone = set(df.filter(conditions[table])[first].cast(pl.String).to_list())
-                if not gone <= drops[keys[table][first]]:
-                    drops[keys[table][first]] |= gone
+            key = keys[table].get(first, "")
+            if first and entity.get(key) == table:
+                gone = df.filter(conditions[table])[first]
+                if len(gone) > len(drops[key]):
+                    drops[key] = gone
                     changed = True
     out = {t: df.filter(~conditions[t]) for t, df in tables.items()}
     n = 0
@@ -119,24 +121,6 @@ def _perturb_parquet(src: Path, dst: Path, salt: int) -> dict[str, pl.DataFrame]
     return perturbed
 
 
-def _perturb_sqlite(src: Path, dst: Path, tables: dict[str, pl.DataFrame]) -> None:
-    """The source database with each table's rows replaced (schema, keys and types kept)."""
-    shutil.copyfile(src, dst)
-    dst.chmod(0o644)
-    con = sqlite3.connect(dst)
-    try:
-        for table, frame in sorted(tables.items()):
-            df = frame.with_columns(pl.col(pl.Decimal).cast(pl.Float64))
-            quoted = '"' + table.replace('"', '""') + '"'
-            con.execute(f"DELETE FROM {quoted}")
-            marks = ", ".join("?" for _ in df.columns)
-            con.executemany(f"INSERT INTO {quoted} VALUES ({marks})", df.iter_rows())
-        con.commit()
-        con.execute("VACUUM")
-    finally:
-        con.close()
-
-
 def _source_id(files: DatasetFiles, salt: int) -> str:
     parts = [str(PERTURB_VERSION), str(salt), files.name, str(files.parquet_dir.resolve())]
     for path in sorted(files.parquet_dir.glob("*.parquet")):
@@ -148,37 +132,24 @@ def _source_id(files: DatasetFiles, salt: int) -> str:
 
 
 def _build(files: DatasetFiles, folder: Path, salt: int) -> None:
-    tables = _perturb_parquet(files.parquet_dir, folder / "parquet", salt)
-    if files.sqlite_path is not None:
-        _perturb_sqlite(files.sqlite_path, folder / "store.sqlite", tables)
+    _perturb_parquet(files.parquet_dir, folder / "parquet", salt)
     for key, path in sorted(files.extra.items()):
         kind, _, alias = key.partition(":")
         if kind == "parquet":
             _perturb_parquet(path, folder / f"parquet-{alias}", salt)
-    for key, path in sorted(files.extra.items()):
-        kind, _, alias = key.partition(":")
-        if kind == "sqlite":
-            comp = {p.stem: pl.read_parquet(p) for p in (folder / f"parquet-{alias}").glob("*")}
-            _perturb_sqlite(path, folder / f"sqlite-{alias}.sqlite", comp)
-    (folder / _DONE).write_text(json.dumps({"source": str(files.parquet_dir)}))
+    (folder / _DONE).write_text(json.dumps({"source": str(files.parquet_dir), "salt": salt}))
 
 
 def _files(files: DatasetFiles, folder: Path) -> DatasetFiles:
+    """The copy as a dataset: Parquet only (a SQLite store builds its database from it)."""
     extra: dict[str, Path] = {}
     for key, path in files.extra.items():
         kind, _, alias = key.partition(":")
         if kind == "parquet":
             extra[key] = folder / f"parquet-{alias}"
-        elif kind == "sqlite":
-            extra[key] = folder / f"sqlite-{alias}.sqlite"
-        else:
+        elif kind != "sqlite":
             extra[key] = path
-    return DatasetFiles(
-        name=files.name,
-        parquet_dir=folder / "parquet",
-        sqlite_path=folder / "store.sqlite" if files.sqlite_path is not None else None,
-        extra=extra,
-    )
+    return DatasetFiles(name=files.name, parquet_dir=folder / "parquet", extra=extra)
 
 
 def perturb_dataset(files: DatasetFiles, cache_dir: Path, salt: int = 1) -> DatasetFiles:

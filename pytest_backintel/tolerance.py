@@ -115,9 +115,8 @@ def compare_scalar(
         tol = Decimal(0)
     diff = abs(val - exp)
     ok = diff <= tol
-    return Comparison(
-        ok, "" if ok else f"expected {exp}, got {val} (off by {diff}, tolerance {tol})"
-    )
+    rule = "not exactly: evidence must reproduce it" if exact else f"tolerance {tol}"
+    return Comparison(ok, "" if ok else f"expected {exp}, got {val} (off by {diff}, {rule})")
 
 
 def _row_key(row: dict[str, Any], key: Sequence[str]) -> tuple[str, ...]:

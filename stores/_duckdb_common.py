@@ -11,7 +11,6 @@ allowed folder, so those are refused by statement type before they reach the eng
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from abc import abstractmethod
@@ -43,6 +42,7 @@ from stores.base import (
 )
 from stores.caps import ResultCollector, cell_cap, duckdb_capped_select
 from stores.fingerprint import summary_digest, tree_sha256
+from stores.plans import DuckDBPlans
 
 __all__ = [
     "DuckDBSession",
@@ -149,7 +149,7 @@ def _classify(exc: duckdb.Error, where: str) -> QueryError:
     return QueryError(text)
 
 
-class DuckDBSession(StoreSession):
+class DuckDBSession(DuckDBPlans, StoreSession):
     """A guarded read-only DuckDB connection with a per-statement timeout."""
 
     def __init__(self, conn: duckdb.DuckDBPyConnection, *, timeout_s: float, where: str) -> None:
@@ -220,35 +220,6 @@ class DuckDBSession(StoreSession):
 
     def close(self) -> None:
         self._conn.close()
-
-    def tables_read(self, sql: str) -> set[str]:
-        """The scans in DuckDB's plan (`EXPLAIN (FORMAT JSON)`): tables, files, attached stores."""
-        with self._lock:
-            return duckdb_tables_read(self._conn, sql, self._where)
-
-
-_NOT_DATA = {"DUMMY_SCAN", "COLUMN_DATA_SCAN", "CHUNK_SCAN", "CTE_SCAN", "DELIM_SCAN"}
-"""Plan scans that read no stored data: a literal row, VALUES, CTE and correlated buffers."""
-
-
-def duckdb_tables_read(conn: duckdb.DuckDBPyConnection, sql: str, where: str) -> set[str]:
-    """What the plan of `sql` scans, by table name (or function, for file scans)."""
-    try:
-        row = conn.execute(f"EXPLAIN (FORMAT JSON) {sql.strip().rstrip(';')}").fetchone()
-    except duckdb.Error as exc:
-        raise _classify(exc, where) from exc
-    found: set[str] = set()
-    nodes: list[Any] = json.loads(row[1]) if row else []
-    while nodes:
-        node = nodes.pop()
-        if not isinstance(node, dict):
-            continue
-        nodes.extend(node.get("children") or [])
-        name, info = str(node.get("name", "")), node.get("extra_info") or {}
-        if ("SCAN" in name or name.startswith("READ_")) and name not in _NOT_DATA:
-            label = info.get("Table") or info.get("Function") or name
-            found.add(str(label).rsplit(".", 1)[-1])
-    return found
 
 
 class _interrupt_after:  # noqa: N801 - used as a context manager

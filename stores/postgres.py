@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 from decimal import Decimal
@@ -62,6 +61,7 @@ from stores.base import (
 from stores.caps import ResultCollector, cell_cap, postgres_capped_select
 from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
+from stores.plans import postgres_tables_read
 
 __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
 
@@ -135,36 +135,6 @@ def _error(exc: Exception, where: str, timeout_s: float) -> QueryError:
     if state in _REFUSED_STATES or (state == "42601" and "multiple commands" in str(exc)):
         return QueryRefused(f"refused, this store is read-only for the analyst: {text}")
     return QueryError(text)
-
-
-def _explain_json(conn: Any, sql: str, where: str, timeout_s: float) -> Any:
-    """`EXPLAIN (FORMAT JSON)` of `sql`, read without COPY (which cannot wrap EXPLAIN)."""
-    adbc = _adbc()
-    try:
-        with conn.cursor() as cur:
-            cur.adbc_statement.set_options(**{"adbc.postgresql.use_copy": "false"})
-            cur.execute(f"EXPLAIN (FORMAT JSON) {sql.strip().rstrip(';')}")
-            return cur.fetch_arrow_table().column(0)[0].as_py()
-    except adbc.Error as exc:
-        raise _error(exc, where, timeout_s) from exc
-    finally:
-        with contextlib.suppress(adbc.Error):
-            conn.rollback()
-
-
-def postgres_relations(plan: Any) -> set[str]:
-    """Every `Relation Name` in a JSON plan (a text or decoded `EXPLAIN (FORMAT JSON)`)."""
-    nodes: list[Any] = [json.loads(plan) if isinstance(plan, str) else plan]
-    found: set[str] = set()
-    while nodes:
-        node = nodes.pop()
-        if isinstance(node, list):
-            nodes.extend(node)
-        elif isinstance(node, dict):
-            if isinstance(node.get("Relation Name"), str):
-                found.add(node["Relation Name"])
-            nodes.extend(v for v in node.values() if isinstance(v, list | dict))
-    return found
 
 
 class PostgresSession(StoreSession):
@@ -278,7 +248,7 @@ class PostgresSession(StoreSession):
 
     def tables_read(self, sql: str) -> set[str]:
         """Relations in PostgreSQL's plan (`EXPLAIN (FORMAT JSON)`, planned, never run)."""
-        return postgres_relations(_explain_json(self._conn, sql, self._where, self._timeout_s))
+        return postgres_tables_read(self._conn, sql, self._where, self._timeout_s)
 
 
 class ProvisionedPostgres(ProvisionedStore):

@@ -10,6 +10,7 @@ must-show list also run on DuckDB and PostgreSQL.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,15 @@ from scenarios.worlds import data_dir
 
 CASES = all_cases()
 MUST_SHOW = ["l1-delivered-orders", "acc-dev-zero-profit", "l1-orders-by-status"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _small_tpch() -> Iterator[None]:
+    """Level 7 at scale factor 0.01 unless the environment sets one (CI's main job runs it
+    at scale factor 1 through real items, and `backintel score --run` scores those again)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BACKINTEL_TPCH_SF", os.environ.get("BACKINTEL_TPCH_SF") or "0.01")
+        yield
 
 
 @pytest.fixture(scope="module", params=["sqlite", "duckdb", "postgres"])
@@ -242,3 +252,79 @@ def test_build_cross_checks_are_exact_and_run_check_python() -> None:
     )
     with pytest.raises(ReferenceMismatchError, match="check_python"):
         _values(wrong, world, files)
+
+
+def test_backintel_score_run_scores_every_recorded_answer_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from adversarial import reference_answer
+
+    hand = HandScorer(data_dir())
+    try:
+        scenario = CASES["l1-delivered-orders"].scenario
+        store, dialect = hand.store(scenario)
+        ref = reference_answer(hand, scenario, store, dialect).model_dump(mode="json")
+    finally:
+        hand.close()
+    literal = dict(ref, evidence=[dict(ref["evidence"][0], code="SELECT 3715 AS delivered_orders")])
+    base = {"scenario_id": "l1-delivered-orders", "trial": 1, "backend": "sqlite"}
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "records.jsonl").write_text(json.dumps(base | {"outcome": "pass", "answer": ref}))
+    assert main(["score", "--run", str(good)]) == 0
+    assert "1 recorded answers scored again: 1 agree" in capsys.readouterr().out
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "records.jsonl").write_text(json.dumps(base | {"outcome": "pass", "answer": literal}))
+    assert main(["score", "--run", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "the trial gave pass, backintel score gives unsupported_evidence" in err
+
+
+@pytest.mark.parametrize(
+    ("missing", "explanation", "outcome"),
+    [
+        (["customer birth dates"], "Every cost is known at no cost.", "unhelpful_refusal"),
+        (["expense ledger for May 2024"], "Postings from 2024-05-01 to 2024-05-31.", "pass"),
+        (["expense ledger"], "3 of 4 ledgers are loaded; none for May 2024.", "pass"),
+        (["expense ledger"], "Using revenue instead, net profit is 10771.20.", "invented_value"),
+        (["expense ledger"], "So net profit is zero.", "invented_value"),
+        (["expense ledger"], "Net profit would be R$ 120.", "invented_value"),
+        (
+            ["net profit for May 2024"],
+            "Revenue less expenses posted in the period.",
+            "unhelpful_refusal",
+        ),
+    ],
+)
+def test_refusals_name_what_is_missing_and_state_no_value(
+    missing: list[str], explanation: str, outcome: str
+) -> None:
+    from pytest_backintel.contract import Refusal
+    from pytest_backintel.scoring import score_answer
+
+    scenario = CASES["acc-dev-missing-ledger"].scenario
+    refusal = Refusal(missing=missing, explanation=explanation)
+    assert score_answer(scenario, refusal, [], {}).outcome.value == outcome
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "duckdb", "postgres", "lake-parquet", "files"])
+def test_every_backend_reports_the_tables_a_query_reads(backend: str) -> None:
+    """`StoreSession.tables_read`, the interface new backends implement: the engine's plan,
+    never the SQL text, so a literal over a real table still names the table."""
+    hand = HandScorer(data_dir(), store=backend)
+    try:
+        store, _ = hand.store(CASES["l1-delivered-orders"].scenario)
+        with store.connect() as session:
+            assert session.tables_read("SELECT 3715 AS delivered_orders") == set()
+            assert session.tables_read("SELECT 3715 FROM (SELECT 1 AS x) AS v") == set()
+            counted = session.tables_read("SELECT COUNT(*) AS n FROM orders")
+            joined = "SELECT 1 AS x FROM orders o JOIN order_items i ON o.order_id = i.order_id"
+            if backend in {"sqlite", "duckdb", "postgres"}:
+                assert counted == {"orders"}
+                assert session.tables_read(joined) == {"orders", "order_items"}
+            else:  # views over files: the plan names the scan, not the view
+                assert counted
+                assert session.tables_read(joined)
+    finally:
+        hand.close()
