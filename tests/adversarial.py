@@ -40,11 +40,14 @@ class Mutant:
 
 
 def all_cases() -> dict[str, Case]:
-    """Every shipped case: scenario files and the cases of the default manifests."""
+    """Every shipped case: scenario files and the cases of the default manifests (a sealed
+    reserved suite ships no case to mutate: only its commitment is in the repository)."""
     cases = {sid: Case(sc, None) for sid, (_, sc) in find_scenarios().items()}
     for pattern in DEFAULT_MANIFESTS:
         for path in sorted(ROOT.glob(pattern)):
             for raw in _read(path)["cases"]:
+                if "scenario" not in raw:
+                    continue
                 scenario = Scenario.model_validate(raw["scenario"])
                 cases[scenario.id] = Case(scenario, path)
     return dict(sorted(cases.items()))
