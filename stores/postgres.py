@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import os
 import re
+import secrets
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
-from stores.caps import ResultCollector, cell_cap, postgres_capped_select
+from stores.caps import ResultCollector, cell_cap, postgres_capped_select, statement_body
 from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
 
@@ -205,7 +206,7 @@ class PostgresSession(StoreSession):
                 "temporary tables, COPY, SET, EXPLAIN, SHOW and transaction control are refused"
             )
         adbc = _adbc()
-        body = sql.strip().rstrip(";")
+        body = statement_body(sql)
         try:
             with self._conn.cursor() as cur:
                 schema = cur.adbc_execute_schema(body)
@@ -313,12 +314,14 @@ class PostgresStore(Store):
         if self.dsn == INITDB:
             self._cluster = ThrowawayCluster()
         self._owner = Owner.current()
+        self._token = secrets.token_hex(4)
+        self._host = self._owner.host
 
     @property
     def comment(self) -> str:
         """The owner (`stores.owner.Owner.comment`) every database and role of this process
         carries."""
-        return self._owner.comment()
+        return self._owner.comment(self._token)
 
     def _admin(self) -> Any:
         import psycopg

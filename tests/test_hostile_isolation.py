@@ -270,3 +270,12 @@ def test_wide_and_long_results_are_cut_by_bytes(backend: Backend) -> None:
     assert result.limit_note is not None
     assert "50000-byte cap" in result.limit_note
     assert sum(len(str(v)) for row in result.rows for v in row) <= 50_000 + 2 * 3000
+
+
+def test_the_wrapping_keeps_what_the_statement_said(backend: Backend) -> None:
+    """Trailing semicolons and comments, repeated column names: as without the caps."""
+    with backend.item.connect() as session:
+        got = session.run_sql(f"SELECT count(*) AS n, 1 AS n FROM {backend.orders};  -- done ;")
+        assert (got.columns, got.rows, got.limit_note) == (["n", "n"], [(N_ORDERS, 1)], None)
+        text = session.run_sql(f"SELECT '--;' AS s FROM {backend.orders} LIMIT 1 -- c")
+        assert text.rows == [("--;",)]
