@@ -279,3 +279,24 @@ def test_the_wrapping_keeps_what_the_statement_said(backend: Backend) -> None:
         assert (got.columns, got.rows, got.limit_note) == (["n", "n"], [(N_ORDERS, 1)], None)
         text = session.run_sql(f"SELECT '--;' AS s FROM {backend.orders} LIMIT 1 -- c")
         assert text.rows == [("--;",)]
+
+
+def test_multi_attaches_postgres_as_the_items_select_only_role(tmp_path: Path) -> None:
+    import psycopg
+
+    from stores.postgres import DEFAULT_DSN
+
+    b = Backend(MULTI, tmp_path)
+    try:
+        pg: Any = b.item.components["olist_orders"]  # type: ignore[attr-defined]
+        (attach,) = [a for a in b.item._attaches if a.kind == "postgres"]  # type: ignore[attr-defined]
+        assert f"user={pg.role} " in attach.target
+        assert "postgres " not in attach.target.replace(f"user={pg.role}", "")
+        with psycopg.connect(DEFAULT_DSN, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = %s",
+                (pg.role,),
+            ).fetchone()
+        assert row == (False, False, False)
+    finally:
+        b.close()
