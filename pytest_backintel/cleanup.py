@@ -106,9 +106,8 @@ def _clean_command(args: argparse.Namespace) -> int:
 
     folder = Path(args.data_dir) if args.data_dir else data_dir()
     report = clean_stale(folder, dry_run=args.dry_run, postgres=not args.no_postgres)
-    prefix = "would remove: " if args.dry_run else ""
     for line in report.lines():
-        print(prefix + line if line.startswith(("removed", "dropped")) else line)
+        print(f"would have {line}" if args.dry_run and line.startswith("removed") else line)
     return 0
 
 

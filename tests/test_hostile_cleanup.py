@@ -154,7 +154,7 @@ def test_backintel_clean_removes_only_gone_owners(
     try:
         assert main(["clean", "--data-dir", str(data), "--dry-run", "--no-postgres"]) == 0
         assert gone.exists()
-        assert f"would remove: removed folder {gone}" in capsys.readouterr().out
+        assert f"would have removed folder {gone}" in capsys.readouterr().out
         assert main(["clean", "--data-dir", str(data), "--no-postgres"]) == 0
         out = capsys.readouterr().out
     finally:
