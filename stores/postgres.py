@@ -62,6 +62,7 @@ from stores.base import (
 from stores.caps import ResultCollector, cell_cap, postgres_capped_select, statement_body
 from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
+from stores.pg_sweep import sweep_stale
 
 __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
 
@@ -395,33 +396,3 @@ class PostgresStore(Store):
         with self._admin() as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {_ident(store_id)} WITH (FORCE)")
             admin.execute(f"DROP ROLE IF EXISTS {_ident(store_id + '_ro')}")
-
-
-def sweep_stale(dsn: str) -> list[str]:
-    """Drop the `bi_*` databases and roles whose owner comment names a process of this host
-    that is gone (`stores.owner.Owner.is_gone`); the names dropped. Others' live ones, and
-    anything without a backintel comment, are left alone."""
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
-        dbs = admin.execute(
-            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
-            "WHERE datname LIKE 'bi\\_%'"
-        ).fetchall()
-        roles = admin.execute(
-            "SELECT rolname, shobj_description(oid, 'pg_authid') FROM pg_roles "
-            "WHERE rolname LIKE 'bi\\_%\\_ro'"
-        ).fetchall()
-        dropped = []
-        for name, comment in dbs:
-            owner = Owner.from_comment(comment)
-            if owner is not None and owner.is_gone():
-                admin.execute(f"DROP DATABASE IF EXISTS {_ident(str(name))} WITH (FORCE)")
-                admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name) + '_ro')}")
-                dropped.append(str(name))
-        for name, comment in roles:
-            owner = Owner.from_comment(comment)
-            if owner is not None and owner.is_gone() and str(name)[:-3] not in dropped:
-                admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name))}")
-                dropped.append(str(name))
-    return dropped
