@@ -40,11 +40,14 @@ class CleanReport:
 
 
 def _gone(folder: Path) -> bool:
-    """The folder's owner is gone: its marker says so, or (no marker) the pid it is named by
-    does not run."""
+    """The folder's owner is gone: its marker (or its subfolders' markers) says so, or, with
+    no marker, the pid it is named by does not run."""
     owner = read_folder_owner(folder)
     if owner is not None:
         return owner.is_gone()
+    inner = [o for c in folder.iterdir() if c.is_dir() and (o := read_folder_owner(c))]
+    if inner:  # `sandbox/<pid>/backintel-sbx-*` carry the markers one level down
+        return all(o.is_gone() for o in inner)
     if folder.name.isdigit():
         return not Path(f"/proc/{folder.name}").exists()
     return False

@@ -147,6 +147,10 @@ def test_backintel_clean_removes_only_gone_owners(
     shipped.mkdir(parents=True)
     (shipped / "python").symlink_to(outside)
     (shipped.parent / "etc").symlink_to(tmp_path)
+    elsewhere = data / "sandbox" / str(dead_pid + 1_000_000) / "backintel-sbx-y"
+    elsewhere.mkdir(parents=True)  # named by a pid that is not running here, owned elsewhere
+    (elsewhere / OWNER_FILE).write_text(json.dumps(
+        {"host": "elsewhere", "boot": "", "pid": 5, "start": None}))  # fmt: skip
     other_host = data / "stores" / "postgres" / "1"
     other_host.mkdir(parents=True)
     (other_host / OWNER_FILE).write_text(json.dumps(
@@ -166,5 +170,6 @@ def test_backintel_clean_removes_only_gone_owners(
     assert not reused.exists()
     assert alive.is_dir()
     assert other_host.is_dir()
+    assert elsewhere.is_dir()
     assert f"removed folder {gone}" in out
     assert clean_stale(data, postgres=False).folders == []
