@@ -41,6 +41,10 @@ uv run backintel validate scenarios/definitions
 step "README: tests"
 uv run pytest tests -n 2
 
+step "hostile-analyst suite on every backend (none may skip)"
+uv run pytest tests/test_hostile_isolation.py tests/test_hostile_duckdb_functions.py \
+  tests/test_hostile_cleanup.py tests/test_hostile_compare.py -p no:xdist -q -rs
+
 step "README: main job on the embedded default (SQLite, reference analyst)"
 uv run pytest -m development -n 2 --run-id ci-main
 uv run backintel report results/ci-main

@@ -40,11 +40,14 @@ class CleanReport:
 
 
 def _gone(folder: Path) -> bool:
-    """The folder's owner is gone: its marker says so, or (no marker) the pid it is named by
-    does not run."""
+    """The folder's owner is gone: its marker (or its subfolders' markers) says so, or, with
+    no marker, the pid it is named by does not run."""
     owner = read_folder_owner(folder)
     if owner is not None:
         return owner.is_gone()
+    inner = [o for c in folder.iterdir() if c.is_dir() and (o := read_folder_owner(c))]
+    if inner:  # `sandbox/<pid>/backintel-sbx-*` carry the markers one level down
+        return all(o.is_gone() for o in inner)
     if folder.name.isdigit():
         return not Path(f"/proc/{folder.name}").exists()
     return False
@@ -74,7 +77,8 @@ def stale_folders(data_dir: Path) -> list[Path]:
 
 
 def _postgres(report: CleanReport, dry_run: bool) -> None:
-    from stores.postgres import DEFAULT_DSN, INITDB, sweep_stale
+    from stores.pg_sweep import sweep_stale
+    from stores.postgres import DEFAULT_DSN, INITDB
 
     dsn = os.environ.get("BACKINTEL_PG_DSN", DEFAULT_DSN).strip() or DEFAULT_DSN
     if dsn == INITDB or dry_run:
@@ -106,9 +110,8 @@ def _clean_command(args: argparse.Namespace) -> int:
 
     folder = Path(args.data_dir) if args.data_dir else data_dir(Path.cwd())
     report = clean_stale(folder, dry_run=args.dry_run, postgres=not args.no_postgres)
-    prefix = "would remove: " if args.dry_run else ""
     for line in report.lines():
-        print(prefix + line if line.startswith(("removed", "dropped")) else line)
+        print(f"would have {line}" if args.dry_run and line.startswith("removed") else line)
     return 0
 
 

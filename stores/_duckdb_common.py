@@ -40,7 +40,7 @@ from stores.base import (
     StoreSession,
     TableInfo,
 )
-from stores.caps import ResultCollector, cell_cap, duckdb_capped_select
+from stores.caps import ResultCollector, cell_cap, duckdb_capped_select, statement_body
 from stores.fingerprint import summary_digest, tree_sha256
 from stores.plans import DuckDBPlans
 
@@ -190,7 +190,7 @@ class DuckDBSession(DuckDBPlans, StoreSession):
         """One checked SELECT, wrapped (`stores.caps.duckdb_capped_select`) so DuckDB cuts
         every variable-length cell and stops at `max_rows + 1` rows before Python sees them."""
         check_statement(self._conn, sql)
-        body = sql.strip().rstrip(";")
+        body = statement_body(sql)
         with self._lock, _interrupt_after(self._conn, self._timeout_s) as fired:
             try:
                 if _EXPLAIN.match(body):

@@ -62,11 +62,13 @@ def open_guarded_with(
     *,
     extensions: Sequence[str],
     allowed_dirs: Sequence[Path] = (),
+    allowed_files: Sequence[Path] = (),
     prepare: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
     secret_dir: Path | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """Like `open_guarded`, with extensions loaded and `prepare(conn)` run (e.g. ATTACH ...
-    READ_ONLY) before external access is switched off and the configuration locked.
+    READ_ONLY) before external access is switched off and the configuration locked; only the
+    folders `allowed_dirs` and the files `allowed_files` stay readable.
 
     `secret_dir`: an empty folder used as the persistent-secret directory (the postgres scanner
     looks secrets up on ATTACH and fails when persistent secrets are off)."""
@@ -84,6 +86,9 @@ def open_guarded_with(
         if allowed_dirs:
             dirs = ", ".join(quote_literal(str(d).rstrip("/") + "/") for d in allowed_dirs)
             conn.execute(f"SET allowed_directories = [{dirs}]")
+        if allowed_files:
+            files = ", ".join(quote_literal(str(f)) for f in allowed_files)
+            conn.execute(f"SET allowed_paths = [{files}]")
         conn.execute("SET temp_directory = ''")
         conn.execute("SET enable_external_access = false")
         conn.execute("SET lock_configuration = true")

@@ -28,6 +28,7 @@ __all__ = [
     "postgres_capped_select",
     "sqlite_capped_query",
     "sqlite_collect",
+    "statement_body",
 ]
 
 ROW_BYTES = 32_000
@@ -54,6 +55,44 @@ class BlobTooLong:
     `size` bytes (SQLite's `zeroblob`)."""
 
     size: int
+
+
+def _trailing_comment(sql: str) -> int | None:
+    """Where a `--` comment that runs to the end of `sql` starts (outside quotes and block
+    comments), or None."""
+    i, quote = 0, ""
+    while i < len(sql):
+        ch = sql[i]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            if end < 0:
+                return i
+            i = end
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            if end < 0:
+                return None
+            i = end + 1
+        i += 1
+    return None
+
+
+def statement_body(sql: str) -> str:
+    """One statement without trailing whitespace, semicolons and `--` comments, so it can
+    stand inside a wrapping subquery."""
+    body = sql.strip()
+    while True:
+        before = body
+        body = body.rstrip().rstrip(";").rstrip()
+        cut = _trailing_comment(body)
+        if cut is not None:
+            body = body[:cut]
+        if body == before:
+            return body
 
 
 def _wrap(body: str, exprs: list[str], max_rows: int) -> str:

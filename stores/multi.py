@@ -13,8 +13,10 @@ provisioned whole under every alias.
 
 Guard: a per-item empty DuckDB file opened `read_only=True`, the scanner extensions loaded from
 their wheels, each component attached `READ_ONLY` (postgres as the item's SELECT-only role),
-then external access off except for the components' own folders and the configuration locked;
-`check_statement` admits one SELECT. Fingerprint: sha256 over every component's fingerprint.
+then external access off except for the components' own folders (a SQLite component: its one
+file) and the configuration locked; `check_statement` admits one SELECT and refuses every table
+function that opens a file, a database or a connection (`stores._duckdb_policy`): the scanners
+connect past the engine's file guard. Fingerprint: sha256 over every component's fingerprint.
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ class _Attach:
     schema: str
     allowed: tuple[Path, ...]
     extensions: tuple[str, ...]
+    files: tuple[Path, ...] = ()
+    """Single files readable after the guard is on (the SQLite component)."""
 
 
 def _attachment(alias: str, item: ProvisionedStore) -> _Attach:
@@ -124,8 +128,9 @@ def _attachment(alias: str, item: ProvisionedStore) -> _Attach:
     if isinstance(item, ProvisionedDuckDB):
         return _Attach(alias, str(item.root / DB_NAME), "duckdb", "main", (item.root,), ())
     if item.backend == "sqlite" and item.mount_path is not None:
-        path = item.mount_path
-        return _Attach(alias, str(path), "sqlite", "main", (path.parent,), ("sqlite_scanner",))
+        path = item.mount_path  # the file alone: its folder holds other items' copies
+        files = tuple(path.with_name(path.name + s) for s in ("", "-journal", "-wal", "-shm"))
+        return _Attach(alias, str(path), "sqlite", "main", (), ("sqlite_scanner",), files)
     if item.backend == "postgres":
         dsn = urlsplit(item._store.dsn)  # type: ignore[attr-defined]
         conninfo = (
@@ -218,6 +223,7 @@ class ProvisionedMulti(ProvisionedStore):
             self.root / "main.duckdb",
             extensions=extensions,
             allowed_dirs=[p for a in self._attaches for p in a.allowed],
+            allowed_files=[f for a in self._attaches for f in a.files],
             prepare=attach,
             secret_dir=self.root / "secrets",
         )

@@ -60,9 +60,10 @@ class Owner:
             return True
         return self.start is not None and running != self.start
 
-    def comment(self) -> str:
-        """`backintel:<host>:<boot id>:<pid>:<start>`, for a database or role comment."""
-        return f"{TAG}:{self.host}:{self.boot}:{self.pid}:{self.start or 0}"
+    def comment(self, token: str) -> str:
+        """`backintel:<host>:<boot id>:<pid>:<start>:<token>`, for a database or role comment;
+        `token` tells apart several stores of one process."""
+        return f"{TAG}:{self.host}:{self.boot}:{self.pid}:{self.start or 0}:{token}"
 
     @classmethod
     def from_comment(cls, text: str | None) -> Owner | None:
@@ -71,7 +72,7 @@ class Owner:
         if not parts or parts[0] != TAG:
             return None
         with contextlib.suppress(ValueError):
-            if len(parts) == 5:
+            if len(parts) == 6:
                 return cls(parts[1], parts[2], int(parts[3]), int(parts[4]) or None)
             if len(parts) == 4:
                 return cls(parts[1], "", int(parts[2]), None)

@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import os
 import re
+import secrets
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,10 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
-from stores.caps import ResultCollector, cell_cap, postgres_capped_select
+from stores.caps import ResultCollector, cell_cap, postgres_capped_select, statement_body
 from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
+from stores.pg_sweep import sweep_stale
 from stores.plans import postgres_tables_read
 
 __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
@@ -206,7 +208,7 @@ class PostgresSession(StoreSession):
                 "temporary tables, COPY, SET, EXPLAIN, SHOW and transaction control are refused"
             )
         adbc = _adbc()
-        body = sql.strip().rstrip(";")
+        body = statement_body(sql)
         try:
             with self._conn.cursor() as cur:
                 schema = cur.adbc_execute_schema(body)
@@ -318,12 +320,14 @@ class PostgresStore(Store):
         if self.dsn == INITDB:
             self._cluster = ThrowawayCluster()
         self._owner = Owner.current()
+        self._token = secrets.token_hex(4)
+        self._host = self._owner.host
 
     @property
     def comment(self) -> str:
         """The owner (`stores.owner.Owner.comment`) every database and role of this process
         carries."""
-        return self._owner.comment()
+        return self._owner.comment(self._token)
 
     def _admin(self) -> Any:
         import psycopg
@@ -397,33 +401,3 @@ class PostgresStore(Store):
         with self._admin() as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {_ident(store_id)} WITH (FORCE)")
             admin.execute(f"DROP ROLE IF EXISTS {_ident(store_id + '_ro')}")
-
-
-def sweep_stale(dsn: str) -> list[str]:
-    """Drop the `bi_*` databases and roles whose owner comment names a process of this host
-    that is gone (`stores.owner.Owner.is_gone`); the names dropped. Others' live ones, and
-    anything without a backintel comment, are left alone."""
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
-        dbs = admin.execute(
-            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
-            "WHERE datname LIKE 'bi\\_%'"
-        ).fetchall()
-        roles = admin.execute(
-            "SELECT rolname, shobj_description(oid, 'pg_authid') FROM pg_roles "
-            "WHERE rolname LIKE 'bi\\_%\\_ro'"
-        ).fetchall()
-        dropped = []
-        for name, comment in dbs:
-            owner = Owner.from_comment(comment)
-            if owner is not None and owner.is_gone():
-                admin.execute(f"DROP DATABASE IF EXISTS {_ident(str(name))} WITH (FORCE)")
-                admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name) + '_ro')}")
-                dropped.append(str(name))
-        for name, comment in roles:
-            owner = Owner.from_comment(comment)
-            if owner is not None and owner.is_gone() and str(name)[:-3] not in dropped:
-                admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name))}")
-                dropped.append(str(name))
-    return dropped

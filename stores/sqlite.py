@@ -40,7 +40,7 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
-from stores.caps import cell_cap, sqlite_capped_query, sqlite_collect
+from stores.caps import cell_cap, sqlite_capped_query, sqlite_collect, statement_body
 from stores.fingerprint import LogicalHasher, file_sha256
 from stores.sqlite_build import TemplateCache, quote_ident
 from stores.sqlite_policy import (
@@ -205,7 +205,7 @@ class SQLiteSession(StoreSession):
                     raise  # a misspelt query is a syntax error for the analyst to fix
             raise not_a_query(first, statement)
 
-        body = statement.rstrip().rstrip(";")
+        body = statement_body(statement)
         if first in ("PRAGMA", "EXPLAIN"):  # small outputs, cannot be a subquery
             small: QueryResult = self._run(
                 body, (), lambda c: sqlite_collect(c, max_rows, max_bytes, None, MAX_CELL_BYTES)
@@ -216,7 +216,7 @@ class SQLiteSession(StoreSession):
             names: list[str] = self._run(
                 f"SELECT * FROM (\n{body}\n) LIMIT 0",
                 (),
-                lambda c: [str(d[0]) for d in c.description or ()],
+                lambda c: _undo_renames([str(d[0]) for d in c.description or ()]),
             )
         except QueryRefused:
             raise
@@ -270,6 +270,15 @@ def sqlite_tables_read(
     finally:
         conn.set_authorizer(policy)
     return read
+
+
+def _undo_renames(names: list[str]) -> list[str]:
+    """Column names as the statement gave them: a subquery renames a repeated `a` to `a:1`."""
+    out: list[str] = []
+    for name in names:
+        base, sep, n = name.rpartition(":")
+        out.append(base if sep and n.isdigit() and base in out else name)
+    return out
 
 
 def _canonical_rows(conn: sqlite3.Connection, table: str, columns: list[str]) -> Iterator[Any]:

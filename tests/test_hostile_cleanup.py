@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,15 +79,25 @@ def databases(store_id: str) -> list[str]:
     return sorted(str(r[0]) for r in rows)
 
 
+@pytest.fixture
+def data() -> Iterator[Path]:
+    """A data folder the sandbox's user can reach (pytest's tmp_path is 0700)."""
+    folder = Path(tempfile.mkdtemp(prefix="backintel-clean-test-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
-def test_next_run_removes_what_a_killed_run_left(tmp_path: Path, store: str) -> None:
+def test_next_run_removes_what_a_killed_run_left(
+    tmp_path: Path, data: Path, store: str, request: pytest.FixtureRequest
+) -> None:
     (tmp_path / "hang_analyst.py").write_text(HANG)
-    data = Path(tempfile.mkdtemp(prefix="backintel-clean-test-"))
-    data.chmod(0o755)  # the sandbox's user must reach the store copy (tmp_path is 0700)
     ready = tmp_path / "ready.json"
     env = os.environ | {"BACKINTEL_DATA_DIR": str(data), "HANG_READY": str(ready),
                         "PYTHONPATH": str(tmp_path)}  # fmt: skip
     first = pytest_run(tmp_path, "--analyst", "hang_analyst:factory", "--store", store, env=env)
+    request.addfinalizer(lambda: first.poll() is None and first.kill())  # a failed check
     deadline = time.monotonic() + 300
     while not ready.exists():
         assert first.poll() is None, first.stdout.read().decode() if first.stdout else ""
@@ -119,7 +130,6 @@ def test_next_run_removes_what_a_killed_run_left(tmp_path: Path, store: str) -> 
     assert live.is_dir()
     if store == "postgres":
         assert databases(store_id) == []
-    shutil.rmtree(data)
 
 
 def test_backintel_clean_removes_only_gone_owners(
@@ -147,6 +157,10 @@ def test_backintel_clean_removes_only_gone_owners(
     shipped.mkdir(parents=True)
     (shipped / "python").symlink_to(outside)
     (shipped.parent / "etc").symlink_to(tmp_path)
+    elsewhere = data / "sandbox" / str(dead_pid + 1_000_000) / "backintel-sbx-y"
+    elsewhere.mkdir(parents=True)  # named by a pid that is not running here, owned elsewhere
+    (elsewhere / OWNER_FILE).write_text(json.dumps(
+        {"host": "elsewhere", "boot": "", "pid": 5, "start": None}))  # fmt: skip
     other_host = data / "stores" / "postgres" / "1"
     other_host.mkdir(parents=True)
     (other_host / OWNER_FILE).write_text(json.dumps(
@@ -154,7 +168,7 @@ def test_backintel_clean_removes_only_gone_owners(
     try:
         assert main(["clean", "--data-dir", str(data), "--dry-run", "--no-postgres"]) == 0
         assert gone.exists()
-        assert f"would remove: removed folder {gone}" in capsys.readouterr().out
+        assert f"would have removed folder {gone}" in capsys.readouterr().out
         assert main(["clean", "--data-dir", str(data), "--no-postgres"]) == 0
         out = capsys.readouterr().out
     finally:
@@ -166,5 +180,6 @@ def test_backintel_clean_removes_only_gone_owners(
     assert not reused.exists()
     assert alive.is_dir()
     assert other_host.is_dir()
+    assert elsewhere.is_dir()
     assert f"removed folder {gone}" in out
     assert clean_stale(data, postgres=False).folders == []

@@ -71,3 +71,23 @@ def test_scanner_attacks_name_what_they_reach(backend: Backend, tmp_path: Path) 
         ]:  # fmt: skip
             with pytest.raises(QueryRefused, match=why):
                 session.run_sql(sql)
+
+
+def test_the_multi_engine_guard_alone_keeps_other_sqlite_files_out(tmp_path: Path) -> None:
+    """Below the statement check: the SQLite component is readable as its one file, not its
+    folder, so DuckDB's own readers cannot open another item's copy beside it. (The SQLite
+    scanner opens files through SQLite, past this guard: only the statement check stops
+    `sqlite_scan`, which is why it is refused there.)"""
+    import duckdb
+
+    b = Backend("multi:postgres:olist_orders+sqlite:olist_catalog", tmp_path)
+    try:
+        conn = b.item.engine_connection()  # type: ignore[attr-defined]
+        try:
+            assert conn.execute("SELECT count(*) FROM olist_catalog.orders").fetchone() == (3000,)
+            with pytest.raises(duckdb.PermissionException, match="Cannot access file"):
+                conn.execute(f"SELECT * FROM read_blob('{b.other_file()}')")
+        finally:
+            conn.close()
+    finally:
+        b.close()
