@@ -109,6 +109,32 @@ SYNC_INTERVAL_S = 1.0
 """Records are synced to disk at most this long after they are written (and at close)."""
 
 
+def trial_record(item: Any, outcome: str, where: dict[str, Any], backend: str) -> dict[str, Any]:
+    """The fields every trial record starts with: which item, scenario, run and outcome
+    (`where`: run_id, worker, analyst, model). The trial's own body is merged over it."""
+    scenario = item.scenario
+    return {
+        "nodeid": item.nodeid,
+        "recorded_at": now_iso(),
+        "scenario_id": scenario.id,
+        "scenario_version": scenario.version,
+        "scenario_sha": item.scenario_sha,
+        "suite": item.suite,
+        "trial": item.trial,
+        "split": scenario.split.value,
+        "level": scenario.level,
+        "family": scenario.family,
+        "answerable": scenario.answerable,
+        "world": scenario.dataset.world,
+        "snapshot": scenario.dataset.snapshot,
+        "backend": backend,
+        **where,
+        "outcome": outcome,
+        "trace_id": None,
+        "cost_usd": None,
+    }
+
+
 class RecordWriter:
     """Appends one JSON line per finished trial to this process's part file.
 

@@ -9,6 +9,7 @@ answers) so a bad model configuration is one usage error before the first item.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -17,17 +18,24 @@ from typing import Any
 
 import pytest
 
+from pytest_backintel import __version__
 from pytest_backintel.analyst_api import AnalystLimits
-from pytest_backintel.options import BenchOptions
-from pytest_backintel.records import now_iso, read_json, read_records
+from pytest_backintel.analysts import analyst_label, spec_kind
+from pytest_backintel.method_hash import analyst_method_hash
+from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions
+from pytest_backintel.records import git_state, now_iso, package_versions, read_json, read_records
 
 __all__ = [
+    "candidate",
     "check_run_folder",
     "model_api_of",
     "preflight",
+    "read_plan",
     "records_in",
     "records_summary",
     "replayed",
+    "run_header",
+    "write_plan",
 ]
 
 
@@ -106,3 +114,68 @@ def replayed(opts: BenchOptions) -> BenchOptions:
     if isinstance(limits, dict) and set(limits) <= known:
         opts = replace(opts, limits=AnalystLimits(**limits))
     return replace(opts, model=recorded.get("model") or opts.model)
+
+
+def run_header(
+    opts: BenchOptions, root: Path, run_id: str, sandbox: dict[str, Any], args: list[str]
+) -> dict[str, Any]:
+    """`run.json` as a run starts: who and what is measured, with which limits and code."""
+    return {
+        "run_id": run_id,
+        "started_at": now_iso(),
+        "harness_version": __version__,
+        "analyst": {
+            "spec": opts.analyst,
+            "calibration": opts.analyst in CALIBRATION_ANALYSTS,
+            "kind": spec_kind(opts.analyst),
+            "label": analyst_label(opts.analyst) or "model under test",
+        },
+        "model": opts.model,
+        "model_base_url": opts.model_base_url,
+        "model_api": model_api_of(opts),
+        "store_backend": opts.store,
+        "sandbox": sandbox,
+        "trials": opts.trials,
+        "concurrency": opts.concurrency,
+        "limits": vars(opts.limits) | {},
+        "run_limits": vars(opts.run_limits) | {},
+        "record": opts.record,
+        "freeze": None,
+        "git": git_state(root),
+        "method_hash": analyst_method_hash(opts),
+        "packages": package_versions(),
+        "args": args,
+    }
+
+
+def candidate(opts: BenchOptions, root: Path) -> dict[str, Any]:
+    """What a frozen run measures: the commit, the method, the analyst and its settings."""
+    return {
+        "git_sha": git_state(root)["sha"],
+        "method_hash": analyst_method_hash(opts),
+        "analyst": opts.analyst,
+        "model": opts.model,
+        "model_base_url": opts.model_base_url,
+        "limits": vars(opts.limits),
+        "harness_version": __version__,
+        "store_backend": opts.store,
+    }
+
+
+def write_plan(run_dir: Path, worker: str, items: list[Any], collect_only: bool) -> None:
+    """Every trial this process will run, by node id, before any runs (`compare` names a
+    planned trial that left no record). Nothing is written by `--collect-only`."""
+    if collect_only:
+        return
+    nodeids = sorted(i.nodeid for i in items if hasattr(i, "scenario"))
+    path = run_dir / "parts" / f"plan-{worker}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nodeids))
+
+
+def read_plan(run_dir: Path) -> list[str] | None:
+    """The union of the processes' plans (xdist workers plan the same items), or None."""
+    parts = sorted((run_dir / "parts").glob("plan-*.json"))
+    if not parts:
+        return None
+    return sorted({n for part in parts for n in json.loads(part.read_text())})

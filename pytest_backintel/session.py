@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_backintel import __version__, run_folder
+from pytest_backintel import run_folder
 from pytest_backintel._compat import upcoming_items
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
-from pytest_backintel.analysts import AnalystLoadError, analyst_label, load_analyst, spec_kind
+from pytest_backintel.analysts import AnalystLoadError, load_analyst
 from pytest_backintel.backends import StoreBackends, backend_for, store_spec
 from pytest_backintel.budget import RunBudget
 from pytest_backintel.cassettes import case_key, write_cassette
@@ -32,19 +32,17 @@ from pytest_backintel.html_report import RECORD_KEY, junit_properties
 from pytest_backintel.item_python import ItemPython, evidence_runner
 from pytest_backintel.judging import check_judge, judge_trial
 from pytest_backintel.manifests import manifest_reference
-from pytest_backintel.method_hash import analyst_method_hash
-from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, read_options
+from pytest_backintel.options import BenchOptions, read_options
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.pipeline import LOOKAHEAD, TrialPipeline
 from pytest_backintel.probe import DataProbe, Probes
 from pytest_backintel.records import (
     RecordWriter,
-    git_state,
     merge_parts,
     new_run_id,
     now_iso,
-    package_versions,
     read_json,
+    trial_record,
     write_json,
 )
 from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
@@ -210,14 +208,15 @@ class BenchSession:
         self.start_pipeline()
         if not self.options.freeze:
             self.reserved_note = guard_reserved(self.config, items)
-            return
-        candidate = self.candidate()
-        entry: dict[str, Any] = {"run_id": self.run_id, "candidate": candidate}
-        entry["candidate_id"] = candidate_id(candidate)
-        try:
-            lock_plan(self.run_dir, entry, items, self.reserved_cases, self.data_dir)
-        except (FreezeError, SealedSuiteError) as exc:
-            refuse(self.config, items, str(exc))
+        else:
+            candidate = self.candidate()
+            entry: dict[str, Any] = {"run_id": self.run_id, "candidate": candidate}
+            entry["candidate_id"] = candidate_id(candidate)
+            try:
+                lock_plan(self.run_dir, entry, items, self.reserved_cases, self.data_dir)
+            except (FreezeError, SealedSuiteError) as exc:
+                refuse(self.config, items, str(exc))
+        run_folder.write_plan(self.run_dir, self.worker, items, self.config.option.collectonly)
 
     def start_pipeline(self) -> None:
         """With `--concurrency` above 1 (or `auto` for a model analyst), trials run ahead."""
@@ -309,35 +308,14 @@ class BenchSession:
             raise ScenarioFailure(result)
 
     def write_record(self, item: ScenarioItem, outcome: str, body: dict[str, Any]) -> None:
-        scenario = item.scenario
-        files_hash = self._worlds.get((scenario.dataset.world, scenario.dataset.snapshot))
-        record: dict[str, Any] = {
-            "run_id": self.run_id,
-            "nodeid": item.nodeid,
-            "worker": self.worker,
-            "recorded_at": now_iso(),
-            "scenario_id": scenario.id,
-            "scenario_version": scenario.version,
-            "scenario_sha": item.scenario_sha,
-            "suite": item.suite,
-            "trial": item.trial,
-            "split": scenario.split.value,
-            "level": scenario.level,
-            "family": scenario.family,
-            "answerable": scenario.answerable,
-            "world": scenario.dataset.world,
-            "snapshot": scenario.dataset.snapshot,
-            "data_hash": files_hash[1] if files_hash else None,
-            "backend": store_spec(scenario, self.options.store),
-            "analyst": {
-                "name": self._analyst.name if self._analyst else self.options.analyst,
-                "kind": self._analyst.kind if self._analyst else None,
-            },
-            "model": self.options.model,
-            "outcome": outcome,
-            "trace_id": None,
-            "cost_usd": None,
-        } | body
+        dataset, analyst = item.scenario.dataset, self._analyst
+        files_hash = self._worlds.get((dataset.world, dataset.snapshot))
+        where = {"run_id": self.run_id, "worker": self.worker, "model": self.options.model}
+        name, kind = (analyst.name, analyst.kind) if analyst else (self.options.analyst, None)
+        where["analyst"] = {"name": name, "kind": kind}
+        where["data_hash"] = files_hash[1] if files_hash else None
+        backend = store_spec(item.scenario, self.options.store)
+        record = trial_record(item, outcome, where, backend) | body
         self.writer.write(record)
         self.outcomes[outcome] += 1
         item.user_properties += junit_properties(record)
@@ -354,47 +332,14 @@ class BenchSession:
 
     # -- run folder ------------------------------------------------------------------------
     def run_header(self) -> dict[str, Any]:
-        opts = self.options
-        calibration = opts.analyst in CALIBRATION_ANALYSTS
-        return {
-            "run_id": self.run_id,
-            "started_at": now_iso(),
-            "harness_version": __version__,
-            "analyst": {
-                "spec": opts.analyst,
-                "calibration": calibration,
-                "kind": spec_kind(opts.analyst),
-                "label": analyst_label(opts.analyst) or "model under test",
-            },
-            "model": opts.model,
-            "model_base_url": opts.model_base_url,
-            "model_api": run_folder.model_api_of(opts),
-            "store_backend": opts.store,
-            "sandbox": self.sandbox_description(),
-            "trials": opts.trials,
-            "limits": vars(opts.limits) | {},
-            "run_limits": vars(opts.run_limits) | {},
-            "record": opts.record,
-            "freeze": None,
-            "git": git_state(self.root),
-            "method_hash": analyst_method_hash(self.options),
-            "packages": package_versions(),
-            "args": list(self.config.invocation_params.args),
-        }
+        args = list(self.config.invocation_params.args)
+        return run_folder.run_header(
+            self.options, self.root, self.run_id, self.sandbox_description(), args
+        )
 
     def candidate(self) -> dict[str, Any]:
         """What a frozen run measures: the commit, the method, the analyst and its settings."""
-        opts = self.options
-        return {
-            "git_sha": git_state(self.root)["sha"],
-            "method_hash": analyst_method_hash(self.options),
-            "analyst": opts.analyst,
-            "model": opts.model,
-            "model_base_url": opts.model_base_url,
-            "limits": vars(opts.limits),
-            "harness_version": __version__,
-            "store_backend": opts.store,
-        }
+        return run_folder.candidate(self.options, self.root)
 
     def start(self) -> None:
         if not self.is_controller:
@@ -442,6 +387,7 @@ class BenchSession:
                 "finished_at": now_iso(),
                 "exit_status": exitstatus,
                 "freeze_check": verify_lock(self.run_dir),
+                "planned_items": run_folder.read_plan(self.run_dir),
                 "spans": merge_traces(self.run_dir),
                 "budget_spent": self.budget.totals() if self.budget.limits.active else None,
             }

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.benchmark
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES, REQUESTS = 40, 4
 LATENCY_S = float(os.environ.get("BACKINTEL_BENCH_LATENCY", "1.0"))
+SCENARIO = ROOT / "scenarios" / "definitions" / "level1" / "l1-delivered-orders.scenario.yaml"
 SQL = "SELECT COUNT(*) AS delivered_orders FROM orders WHERE order_status = 'delivered'"
 SETTINGS = [  # (label, pytest arguments, trials in flight at once)
     ("one process, concurrency 1", ["-p", "no:xdist", "--concurrency", "1"], 1),
@@ -75,7 +76,7 @@ def _tree_rss_kb(root: int) -> int:
 
 def _run(server: ModelServer, results: Path, args: list[str]) -> tuple[float, int, str]:
     command = [
-        *(sys.executable, "-m", "pytest", "-m", "development", "-k", "l1-delivered-orders"),
+        *(sys.executable, "-m", "pytest", str(SCENARIO)),
         *("--model", "openai:bench", "--model-base-url", server.url, "-q"),
         *("--trials", str(SAMPLES), f"--results-dir={results}", *args),
     ]
