@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from pytest_backintel.testing.model_server import ModelServer, Step
 
 pytestmark = pytest.mark.benchmark
