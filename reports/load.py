@@ -154,8 +154,9 @@ class Run:
         return {str(k): str(v) for k, v in sorted(header.items())}
 
 
-def _read_header(path: Path) -> dict[str, Any]:
-    file = path / "run.json"
+def _read_object(file: Path, strict: bool = True) -> dict[str, Any]:
+    """A JSON object from `file` ({} when absent); unreadable JSON is a `RunFolderError`, and so
+    is another JSON value when `strict`."""
     if not file.exists():
         return {}
     try:
@@ -163,19 +164,18 @@ def _read_header(path: Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise RunFolderError(f"{file}: not readable JSON ({exc})") from exc
     if not isinstance(data, dict):
-        raise RunFolderError(f"{file}: expected a JSON object")
+        if strict:
+            raise RunFolderError(f"{file}: expected a JSON object")
+        return {}
     return data
 
 
+def _read_header(path: Path) -> dict[str, Any]:
+    return _read_object(path / "run.json")
+
+
 def _read_lock(folder: Path) -> dict[str, Any]:
-    file = folder / "freeze.lock.json"
-    if not file.exists():
-        return {}
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise RunFolderError(f"{file}: not readable JSON ({exc})") from exc
-    return data if isinstance(data, dict) else {}
+    return _read_object(folder / "freeze.lock.json", strict=False)
 
 
 def load_run(path: Path | str) -> Run:

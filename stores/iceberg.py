@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,16 @@ def open_catalog(root: Path) -> Any:
     )
 
 
-def snapshot_ids(root: Path) -> dict[str, tuple[str, int | None]]:
+def _local_metadata(location: str) -> bytes:
+    return Path(_metadata_path(location)).read_bytes()
+
+
+def snapshot_ids(
+    root: Path, read_metadata: Callable[[str], bytes] = _local_metadata
+) -> dict[str, tuple[str, int | None]]:
     """Table -> (metadata location, current snapshot id), read from the catalog database
-    (opened read-only) and the metadata file it points at."""
+    (opened read-only) and the metadata file it points at (`read_metadata(location)`: a local
+    file here, an object in the bucket for `iceberg-s3`)."""
     uri = f"{(root / ICEBERG_DB).as_uri()}?mode=ro"
     try:
         with contextlib.closing(sqlite3.connect(uri, uri=True)) as con:
@@ -73,8 +81,7 @@ def snapshot_ids(root: Path) -> dict[str, tuple[str, int | None]]:
             ).fetchall()
         out: dict[str, tuple[str, int | None]] = {}
         for table, location in rows:
-            meta = json.loads(Path(_metadata_path(str(location))).read_text())
-            snap = meta.get("current-snapshot-id")
+            snap = json.loads(read_metadata(str(location))).get("current-snapshot-id")
             out[str(table)] = (str(location), None if snap in (None, -1) else int(snap))
         return out
     except (sqlite3.Error, OSError, ValueError) as exc:

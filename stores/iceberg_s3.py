@@ -24,7 +24,6 @@ import contextlib
 import hashlib
 import json
 import re
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +50,12 @@ from stores.base import (
     StoreError,
     new_store_id,
 )
+from stores.iceberg import ICEBERG_DB, NAMESPACE, snapshot_ids
 from stores.lake import CATALOG
 from stores.s3_endpoint import MotoServer, S3Endpoint, endpoint_from_env
 
 __all__ = ["IcebergS3Store", "ProvisionedIcebergS3", "S3Session"]
 
-NAMESPACE = "main"
-ICEBERG_DB = "iceberg.db"
 EXTENSIONS = ("httpfs", "avro", "iceberg")
 SECRET = "backintel_s3"
 _HIDDEN = re.compile(r'"function_name":"(duckdb_secrets|which_secret)"', re.IGNORECASE)
@@ -127,23 +125,14 @@ class ProvisionedIcebergS3(FolderItem):
 
     def snapshot_ids(self) -> dict[str, tuple[str, int | None]]:
         """Table -> (metadata location, current snapshot id), from the catalog and the bucket."""
-        uri = f"{(self.root / ICEBERG_DB).as_uri()}?mode=ro"
-        try:
-            with contextlib.closing(sqlite3.connect(uri, uri=True)) as con:
-                rows = con.execute(
-                    "SELECT table_name, metadata_location FROM iceberg_tables "
-                    "WHERE table_namespace = ? ORDER BY 1",
-                    (NAMESPACE,),
-                ).fetchall()
-            filesystem = self.endpoint.filesystem()
-            out: dict[str, tuple[str, int | None]] = {}
-            for table, location in rows:
-                with filesystem.open_input_stream(str(location).removeprefix("s3://")) as f:
-                    snap = json.loads(f.read()).get("current-snapshot-id")
-                out[str(table)] = (str(location), None if snap in (None, -1) else int(snap))
-            return out
-        except (sqlite3.Error, OSError, ValueError) as exc:
-            raise StoreError(f"{self.display_id}: cannot read the catalog: {exc}") from exc
+        filesystem = self.endpoint.filesystem()
+
+        def read(location: str) -> bytes:
+            with filesystem.open_input_stream(location.removeprefix("s3://")) as f:
+                data: bytes = f.read()
+                return data
+
+        return snapshot_ids(self.root, read)
 
     def _physical(self) -> str:
         digest = hashlib.sha256(tree_sha256(self.root).encode())
