@@ -8,6 +8,8 @@ others in their various ways, which is what the comparison with a serial run nee
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -15,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_backintel.loading import DEFINITIONS_DIR
+from pytest_backintel.loading import DEFINITIONS_DIR, find_scenarios
 from pytest_backintel.pipeline import TrialPipeline
+from pytest_backintel.testing.model_server import ModelServer, Step
 
+ROOT = Path(__file__).resolve().parents[1]
 SLOW_ANALYST = """
 import hashlib, os, threading, time
 
@@ -179,3 +183,53 @@ def test_the_pipeline_keeps_n_in_flight_and_hands_each_result_over_once() -> Non
     assert pipeline.pending() == []
     with pytest.raises(ValueError, match="at least 1"):
         TrialPipeline(0, prepare)
+
+
+SERVER_CASES = ("l1-delivered-orders", "l1-canceled-orders-2018")
+
+
+def test_twenty_items_at_concurrency_8_against_the_test_server(
+    model_server: ModelServer, tmp_path: Path
+) -> None:
+    """The real provider path: 2 cases x 10 trials, every request answered after 0.2 s; one
+    case is answered right and one wrong, so the runs hold passes and `wrong_value`s."""
+    refs = json.loads((ROOT / "scenarios" / "references" / "olist.json").read_text())
+    scenarios = find_scenarios()
+    for case, off_by in zip(SERVER_CASES, (0, 1), strict=True):
+        scenario = scenarios[case][1]
+        (metric,) = scenario.metrics
+        value = refs["references"][case]["values"][metric.name] + off_by
+        code = {"id": "e1", "kind": "sql", "code": scenario.check_sql, "metrics": [metric.name]}
+        model_server.script(
+            f"`{metric.name}`",
+            [
+                Step.call("list_tables", delay_s=0.2),
+                Step.call("run_sql", {"sql": scenario.check_sql}, delay_s=0.2),
+                Step.answer([{"name": metric.name, "value": value, "unit": metric.unit}], [code],
+                            delay_s=0.2),
+            ],
+        )  # fmt: skip
+
+    def bench(run_id: str, concurrency: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+        files = [str(scenarios[c][0]) for c in SERVER_CASES]
+        command = [sys.executable, "-m", "pytest", *files, "-p", "no:xdist", "--trials", "10"]
+        command += ["--model", "openai:bench", "--model-base-url", model_server.url]
+        command += [f"--results-dir={tmp_path}", "--run-id", run_id, "--concurrency", concurrency]
+        command += [f"--junitxml={tmp_path / run_id}.xml"]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+        return done, tmp_path / run_id
+
+    serial, serial_dir = bench("serial", "1")
+    concurrent, concurrent_dir = bench("concurrent", "8")
+    assert concurrent.returncode == serial.returncode == 1, "the wrong answers fail their items"
+    serial_records, concurrent_records = records(serial_dir), records(concurrent_dir)
+    assert len(serial_records) == 20, serial.stdout[-2000:]
+    for a, b in zip(serial_records, concurrent_records, strict=True):
+        a, b = comparable(a), comparable(b)
+        assert {k for k in a if a[k] != b.get(k)} <= {"messages"}, (a, b)
+    assert {r["outcome"] for r in serial_records} == {"pass", "wrong_value"}
+    assert all(r["usage"]["requests"] == 3 for r in concurrent_records)
+    order = junit_order(tmp_path / "concurrent.xml")
+    assert order == junit_order(tmp_path / "serial.xml")
+    assert len(order) == 20
+    assert len(model_server.requests) == 2 * 20 * 3, "each trial's 3 requests, once each"
