@@ -90,6 +90,8 @@ class Probes:
         python: PythonFactory | None = None,
     ) -> list[DataProbe]:
         key = (spec, str(files.parquet_dir))
+        if not files.parquet_dir.is_dir() or not any(files.parquet_dir.glob("*.parquet")):
+            return []  # a source of the user's own that is not Parquet: tables-read check only
         if key not in self._probes:
             probes = []
             for salt in SALTS:

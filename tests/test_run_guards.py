@@ -158,6 +158,7 @@ def test_no_usage_from_the_provider_is_null_and_stops_a_token_budget(
         pytester,
         *("--model", "openai:qwen3", "--model-base-url", model_server.url, "--run-id", "u"),
         *("--run-max-tokens", "1000000", "--max-requests", "2"),
+        *("--concurrency", "1"),  # the second trial starts after the first one reported
         paths=FEW[:2],
     )
     first, second = records_of(pytester, "u")
