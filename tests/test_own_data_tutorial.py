@@ -4,6 +4,7 @@ empty folder and every command it shows is run there with the installed plugin."
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -42,9 +43,11 @@ def run(folder: Path, command: str) -> subprocess.CompletedProcess[str]:
     assert argv[:2] == ["uv", "run"], command
     tool = argv[2]
     exe = sys.executable if tool == "python" else str(BIN / tool)
+    env = {k: v for k, v in os.environ.items() if k != "BACKINTEL_DATA_DIR"}  # as a user has it
     return subprocess.run(
-        [exe, *argv[3:]], cwd=folder, capture_output=True, text=True, timeout=600, check=False
-    )
+        [exe, *argv[3:]], cwd=folder, env=env, capture_output=True, text=True, timeout=600,
+        check=False,
+    )  # fmt: skip
 
 
 def outcomes(folder: Path, run_id: str) -> dict[str, str]:
