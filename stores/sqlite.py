@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote
@@ -41,8 +40,13 @@ from stores.base import (
     new_store_id,
 )
 from stores.caps import cell_cap, sqlite_capped_query, sqlite_collect, statement_body
-from stores.fingerprint import LogicalHasher, file_sha256
+from stores.fingerprint import file_sha256
 from stores.sqlite_build import TemplateCache, quote_ident
+from stores.sqlite_fingerprint import (
+    _INTERNAL_PREFIX,
+    sqlite_logical_fingerprint,
+    sqlite_tables_read,
+)
 from stores.sqlite_policy import (
     FOREIGN_WRITES,
     QUERY_KEYWORDS,
@@ -58,7 +62,6 @@ __all__ = ["SQLiteProvisionedStore", "SQLiteSession", "SQLiteStore", "sqlite_log
 _PROGRESS_STEPS = 1000
 _MAX_COLUMNS = 900
 """The wrapping query doubles the columns; SQLite allows 2000 in a result."""
-_INTERNAL_PREFIX = re.compile(r"sqlite_", re.IGNORECASE)
 
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:
@@ -84,12 +87,6 @@ def _text(raw: bytes) -> str | bytes:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw
-
-
-def _user_tables(conn: sqlite3.Connection, types: tuple[str, ...]) -> list[str]:
-    marks = ", ".join("?" for _ in types)
-    rows = conn.execute(f"SELECT name FROM sqlite_schema WHERE type IN ({marks})", types)
-    return sorted(str(r[0]) for r in rows if not _INTERNAL_PREFIX.match(str(r[0])))
 
 
 class SQLiteSession(StoreSession):
@@ -251,27 +248,6 @@ class SQLiteSession(StoreSession):
             return sqlite_tables_read(self._conn, single_statement(sql), self._authorize)
 
 
-def sqlite_tables_read(
-    conn: sqlite3.Connection, statement: str, policy: Callable[..., int]
-) -> set[str]:
-    """Prepare (never run) `statement` under an authorizer that records every table read."""
-    read: set[str] = set()
-
-    def record(action: int, arg1: str | None, arg2: str | None, *rest: Any) -> int:
-        if action == sqlite3.SQLITE_READ and arg1 and not arg1.startswith("sqlite_"):
-            read.add(arg1)
-        return policy(action, arg1, arg2, *rest)
-
-    conn.set_authorizer(record)
-    try:
-        conn.execute(f"EXPLAIN {statement}").close()
-    except sqlite3.Error as exc:
-        raise QueryError(f"SQLite error: {exc}") from exc
-    finally:
-        conn.set_authorizer(policy)
-    return read
-
-
 def _undo_renames(names: list[str]) -> list[str]:
     """Column names as the statement gave them: a subquery renames a repeated `a` to `a:1`."""
     out: list[str] = []
@@ -279,25 +255,6 @@ def _undo_renames(names: list[str]) -> list[str]:
         base, sep, n = name.rpartition(":")
         out.append(base if sep and n.isdigit() and base in out else name)
     return out
-
-
-def _canonical_rows(conn: sqlite3.Connection, table: str, columns: list[str]) -> Iterator[Any]:
-    """Rows ordered by every column (binary collation, then storage class to split 1 from 1.0)."""
-    order = ", ".join(f"{quote_ident(c)} COLLATE BINARY, typeof({quote_ident(c)})" for c in columns)
-    select = ", ".join(quote_ident(c) for c in columns)
-    cursor = conn.execute(f"SELECT {select} FROM {quote_ident(table)} ORDER BY {order}")
-    while batch := cursor.fetchmany(5000):
-        yield from batch
-
-
-def sqlite_logical_fingerprint(conn: sqlite3.Connection) -> str:
-    """The logical fingerprint (see `stores.fingerprint`) of every user table on `conn`."""
-    hasher = LogicalHasher()
-    for table in _user_tables(conn, ("table",)):
-        info = conn.execute("SELECT name, type FROM pragma_table_info(?) ORDER BY cid", (table,))
-        columns = [(str(n), str(t)) for n, t in info]
-        hasher.add_table(table, columns, _canonical_rows(conn, table, [c for c, _ in columns]))
-    return hasher.hexdigest()
 
 
 def _same_file_state(before: os.stat_result, now: os.stat_result) -> bool:

@@ -1,0 +1,65 @@
+"""Reading a SQLite database without running the analyst's query: which tables a statement
+reads (SQLite's authorizer while it is prepared) and the logical fingerprint of every table."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from stores.base import QueryError
+from stores.fingerprint import LogicalHasher
+from stores.sqlite_build import quote_ident
+
+__all__ = ["sqlite_logical_fingerprint", "sqlite_tables_read"]
+
+
+def sqlite_tables_read(
+    conn: sqlite3.Connection, statement: str, policy: Callable[..., int]
+) -> set[str]:
+    """Prepare (never run) `statement` under an authorizer that records every table read."""
+    read: set[str] = set()
+
+    def record(action: int, arg1: str | None, arg2: str | None, *rest: Any) -> int:
+        if action == sqlite3.SQLITE_READ and arg1 and not arg1.startswith("sqlite_"):
+            read.add(arg1)
+        return policy(action, arg1, arg2, *rest)
+
+    conn.set_authorizer(record)
+    try:
+        conn.execute(f"EXPLAIN {statement}").close()
+    except sqlite3.Error as exc:
+        raise QueryError(f"SQLite error: {exc}") from exc
+    finally:
+        conn.set_authorizer(policy)
+    return read
+
+
+_INTERNAL_PREFIX = re.compile(r"sqlite_", re.IGNORECASE)
+
+
+def user_tables(conn: sqlite3.Connection, types: tuple[str, ...]) -> list[str]:
+    """The user's tables (or views) of the given types, by name, without SQLite's own."""
+    marks = ", ".join("?" for _ in types)
+    rows = conn.execute(f"SELECT name FROM sqlite_schema WHERE type IN ({marks})", types)
+    return sorted(str(r[0]) for r in rows if not _INTERNAL_PREFIX.match(str(r[0])))
+
+
+def _canonical_rows(conn: sqlite3.Connection, table: str, columns: list[str]) -> Iterator[Any]:
+    """Rows ordered by every column (binary collation, then storage class to split 1 from 1.0)."""
+    order = ", ".join(f"{quote_ident(c)} COLLATE BINARY, typeof({quote_ident(c)})" for c in columns)
+    select = ", ".join(quote_ident(c) for c in columns)
+    cursor = conn.execute(f"SELECT {select} FROM {quote_ident(table)} ORDER BY {order}")
+    while batch := cursor.fetchmany(5000):
+        yield from batch
+
+
+def sqlite_logical_fingerprint(conn: sqlite3.Connection) -> str:
+    """The logical fingerprint (see `stores.fingerprint`) of every user table on `conn`."""
+    hasher = LogicalHasher()
+    for table in user_tables(conn, ("table",)):
+        info = conn.execute("SELECT name, type FROM pragma_table_info(?) ORDER BY cid", (table,))
+        columns = [(str(n), str(t)) for n, t in info]
+        hasher.add_table(table, columns, _canonical_rows(conn, table, [c for c, _ in columns]))
+    return hasher.hexdigest()
