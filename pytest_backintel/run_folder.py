@@ -165,9 +165,9 @@ def candidate(opts: BenchOptions, root: Path) -> dict[str, Any]:
 def write_plan(run_dir: Path, worker: str, items: list[Any], collect_only: bool) -> None:
     """Every trial this process will run, by node id, before any runs (`compare` names a
     planned trial that left no record). Nothing is written by `--collect-only`."""
-    if collect_only:
-        return
     nodeids = sorted(i.nodeid for i in items if hasattr(i, "scenario"))
+    if collect_only or not nodeids:  # nothing will run: no run folder either
+        return
     path = run_dir / "parts" / f"plan-{worker}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(nodeids))

@@ -377,7 +377,7 @@ class BenchSession:
             return
         from pytest_backintel.tracing import merge_traces
 
-        records = merge_parts(self.run_dir) if (self.run_dir / "parts").exists() else []
+        records = merge_parts(self.run_dir) if any(self.run_dir.glob("parts/records-*")) else []
         earlier = read_json(self.run_dir / "run.json")
         header = self.run_header() | self._header | earlier | run_folder.records_summary(records)
         if self.options.append_run and earlier.get("started_at") != self._header["started_at"]:
