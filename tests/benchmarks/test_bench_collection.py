@@ -33,7 +33,7 @@ def _collect(env: dict[str, str]) -> tuple[float, float, str]:
     return wall, float(found.group(1)) if found else float("nan"), last
 
 
-def test_collection_time() -> None:
+def test_collection_time(capsys: pytest.CaptureFixture[str]) -> None:
     rows = []
     for label, bytecode in (("as set here", None), ("bytecode cached", "")):
         env = dict(os.environ)
@@ -43,7 +43,8 @@ def test_collection_time() -> None:
         runs = [_collect(env) for _ in range(ROUNDS)]
         walls, inner = [r[0] for r in runs], [r[1] for r in runs]
         rows.append((label, statistics.median(walls), statistics.median(inner), runs[-1][2]))
-    print("\ncollection of the shipped suite (`pytest --collect-only -m development`)")
-    print(f"{'PYTHONDONTWRITEBYTECODE':<24} {'wall s':>8} {'collect s':>10}  last line")
-    for label, wall, inner, last in rows:
-        print(f"{label:<24} {wall:>8.2f} {inner:>10.2f}  {last}")
+    with capsys.disabled():  # the table is printed even without -s
+        print("\ncollection of the shipped suite (`pytest --collect-only -m development`)")
+        print(f"{'PYTHONDONTWRITEBYTECODE':<24} {'wall s':>8} {'collect s':>10}  last line")
+        for label, wall, inner, last in rows:
+            print(f"{label:<24} {wall:>8.2f} {inner:>10.2f}  {last}")

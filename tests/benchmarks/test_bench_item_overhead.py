@@ -98,7 +98,9 @@ def _items_cost(tmp: Path, trials: int) -> tuple[float, float]:
     return wall, cpu
 
 
-def test_item_overhead_against_the_plain_agent_loop(tmp_path: Path) -> None:
+def test_item_overhead_against_the_plain_agent_loop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "trivialagent.py").write_text(AGENT_MODULE.format(answer=_answer()))
     sys.path.insert(0, str(tmp_path))
     try:
@@ -115,9 +117,10 @@ def test_item_overhead_against_the_plain_agent_loop(tmp_path: Path) -> None:
     _items_cost(tmp_path, 2)  # warm-up: builds the world once
     many, few = _items_cost(tmp_path, 20 + SAMPLES), _items_cost(tmp_path, 20)
     item = ((many[0] - few[0]) * 1000, (many[1] - few[1]) * 1000)
-    print(f"\nper-sample cost on a trivial task ({SAMPLES} samples, one model request each)")
-    print(f"{'path':<28} {'wall ms':>8} {'ratio':>6} {'CPU ms':>8} {'ratio':>6}")
-    for label, (wall, used) in (("plain agent.run_sync loop", plain), ("BackIntel item", item)):
-        wall, used = wall / SAMPLES, used / SAMPLES
-        ratio_wall, ratio_cpu = wall * SAMPLES / plain[0], used * SAMPLES / plain[1]
-        print(f"{label:<28} {wall:>8.1f} {ratio_wall:>6.2f} {used:>8.1f} {ratio_cpu:>6.2f}")
+    with capsys.disabled():  # the table is printed even without -s
+        print(f"\nper-sample cost on a trivial task ({SAMPLES} samples, one model request each)")
+        print(f"{'path':<28} {'wall ms':>8} {'ratio':>6} {'CPU ms':>8} {'ratio':>6}")
+        for label, (wall, used) in (("plain agent.run_sync loop", plain), ("BackIntel item", item)):
+            wall, used = wall / SAMPLES, used / SAMPLES
+            ratio_wall, ratio_cpu = wall * SAMPLES / plain[0], used * SAMPLES / plain[1]
+            print(f"{label:<28} {wall:>8.1f} {ratio_wall:>6.2f} {used:>8.1f} {ratio_cpu:>6.2f}")

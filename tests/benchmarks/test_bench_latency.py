@@ -99,7 +99,9 @@ def _run(server: ModelServer, results: Path, args: list[str]) -> tuple[float, in
     return wall, peak[0] // 1024, last
 
 
-def test_latency_bound_runs_against_the_test_server(tmp_path: Path) -> None:
+def test_latency_bound_runs_against_the_test_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     refs = json.loads((ROOT / "scenarios" / "references" / "olist.json").read_text())
     value = refs["references"]["l1-delivered-orders"]["values"]["delivered_orders"]
     rows = []
@@ -109,7 +111,10 @@ def test_latency_bound_runs_against_the_test_server(tmp_path: Path) -> None:
             wall, peak_mb, last = _run(server, tmp_path / label.replace(" ", "_"), args)
             ideal = SAMPLES * REQUESTS * LATENCY_S / in_flight
             rows.append((label, wall, ideal, peak_mb, last))
-    print(f"\n{SAMPLES} samples x {REQUESTS} requests, {LATENCY_S:g} s per request")
-    print(f"{'setting':<30} {'wall s':>7} {'ideal s':>8} {'ratio':>6} {'peak MB':>8}  result")
-    for label, wall, ideal, peak_mb, last in rows:
-        print(f"{label:<30} {wall:>7.1f} {ideal:>8.1f} {wall / ideal:>6.2f} {peak_mb:>8}  {last}")
+    with capsys.disabled():  # the table is printed even without -s
+        print(f"\n{SAMPLES} samples x {REQUESTS} requests, {LATENCY_S:g} s per request")
+        print(f"{'setting':<30} {'wall s':>7} {'ideal s':>8} {'ratio':>6} {'peak MB':>8}  result")
+        for label, wall, ideal, peak_mb, last in rows:
+            print(
+                f"{label:<30} {wall:>7.1f} {ideal:>8.1f} {wall / ideal:>6.2f} {peak_mb:>8}  {last}"
+            )
