@@ -25,6 +25,12 @@ from typing import Any
 from pytest_backintel.loading import load_scenario_file
 from pytest_backintel.scenario import MetricKind, MetricSpec, Scenario
 from pytest_backintel.tolerance import reproduces
+from scenarios.reference_errors import (
+    ReferenceError,
+    ReferenceMismatchError,
+    ReferencesOutOfDateError,
+    StaleReferencesError,
+)
 from scenarios.worlds import UnknownWorldError, World, data_dir, get_world
 from stores.base import DatasetFiles
 
@@ -54,22 +60,6 @@ REBUILD_HINT = "rebuild them with `uv run backintel references benchmark`"
 DECIMALS = 8
 """Stored floats are rounded to this many decimals (far below every tolerance) so the JSON
 is byte-identical across builds."""
-
-
-class ReferenceError(Exception):
-    """References could not be built or used."""
-
-
-class ReferenceMismatchError(ReferenceError):
-    """An oracle and its scenario's check_sql disagree, or an oracle is missing or malformed."""
-
-
-class StaleReferencesError(ReferenceError):
-    """References were built from other data or an older scenario version."""
-
-
-class ReferencesOutOfDateError(ReferenceError):
-    """`build_all(write=False)`: the committed references differ from a fresh build."""
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ from stores.caps import ResultCollector, cell_cap, postgres_capped_select, state
 from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
 from stores.pg_sweep import sweep_stale
+from stores.pg_types import pg_type
 from stores.plans import postgres_tables_read
 
 __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
@@ -77,28 +78,6 @@ _REFUSED_STATES = {"42501", "25006", "0A000"}
 
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def pg_type(t: pa.DataType) -> str:
-    """The PostgreSQL column type for an Arrow type; `StoreError` for one with no mapping."""
-    simple = {
-        pa.bool_(): "boolean", pa.int8(): "smallint", pa.int16(): "smallint",
-        pa.int32(): "integer", pa.int64(): "bigint", pa.float32(): "real",
-        pa.float64(): "double precision", pa.string(): "text", pa.large_string(): "text",
-        pa.date32(): "date", pa.binary(): "bytea", pa.large_binary(): "bytea",
-    }  # fmt: skip
-    if t in simple:
-        return simple[t]
-    if pa.types.is_decimal(t):
-        return f"numeric({t.precision},{t.scale})"
-    if pa.types.is_timestamp(t):
-        return "timestamptz" if t.tz else "timestamp"
-    if pa.types.is_dictionary(t):
-        return pg_type(t.value_type)
-    raise StoreError(
-        f"postgres store: no column type for Arrow type {t}; allowed: bool, ints, floats, "
-        "decimals, strings, binary, date32, timestamps"
-    )
 
 
 def _adbc() -> Any:
