@@ -29,6 +29,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 
 from analyst.loop import run_blocking
 from analyst.retries import RETRY_LOG, RetryingModel, RetryPolicy
+from analyst.schema_cache import cache_tool_schemas
 from analyst.tools import AnalystDeps, analyst_tools, skill_catalog
 from pytest_backintel.analyst_api import (
     AnalystKind,
@@ -299,7 +300,7 @@ class ModelAnalyst:
         """The model with prices and recorded retries; a model string is resolved here, once
         (which needs its provider's package and key)."""
         if self._resolved is None:
-            priced = _priced(infer_model(self.model), self.name)
+            priced = _priced(cache_tool_schemas(infer_model(self.model)), self.name)
             self._resolved = RetryingModel(priced, self._retry_policy)
         return self._resolved
 

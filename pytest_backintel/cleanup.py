@@ -14,6 +14,7 @@ import argparse
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,6 +104,18 @@ def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True)
     if postgres:
         _postgres(report, dry_run)
     return report
+
+
+def clean_stale_in_background(data_dir: Path) -> threading.Thread:
+    """`clean_stale` at a session's start: the folders and cgroups now, the PostgreSQL sweep
+    (a server round trip, needed only by runs that can have left databases) in a thread the
+    session joins at its end, so the first item does not wait for it."""
+    clean_stale(data_dir, postgres=False)
+    thread = threading.Thread(
+        target=_postgres, args=(CleanReport(), False), name="backintel-pg-sweep", daemon=True
+    )
+    thread.start()
+    return thread
 
 
 def _clean_command(args: argparse.Namespace) -> int:

@@ -8,7 +8,9 @@ the end of the session. The check query's values on the probe are computed once 
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -20,6 +22,7 @@ from pytest_backintel.dialects import translate
 from pytest_backintel.perturb import perturb_dataset
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, ProvisionedStore, QueryError, Store, StoreError
+from stores.once import OnceMap
 
 __all__ = ["DataProbe", "Probes", "PythonFactory"]
 
@@ -80,7 +83,10 @@ class Probes:
 
     def __init__(self, cache_dir: Callable[[], Path]) -> None:
         self.cache_dir = cache_dir
-        self._probes: dict[tuple[str, str], list[DataProbe]] = {}
+        self._probes = OnceMap[tuple[str, str], list[DataProbe]]()
+        """Built once per key; concurrent trials wait for the first build, not each other's."""
+        self._warming: dict[tuple[str, str], threading.Thread] = {}
+        self._warming_lock = threading.Lock()
 
     def get(
         self,
@@ -92,23 +98,58 @@ class Probes:
         key = (spec, str(files.parquet_dir))
         if not files.parquet_dir.is_dir() or not any(files.parquet_dir.glob("*.parquet")):
             return []  # a source of the user's own that is not Parquet: tables-read check only
-        if key not in self._probes:
-            probes = []
-            for salt in SALTS:
-                try:
-                    perturbed = perturb_dataset(files, self.cache_dir(), salt)
-                except (OSError, ValueError, sqlite3.Error, pl.exceptions.PolarsError) as exc:
-                    why = f"could not build the data probe of {files.name!r}: {exc}"
-                    raise StoreError(why) from exc
-                store = backend.provision(perturbed)
-                runner = _once(partial(python, store.mount_path)) if python is not None else None
-                probes.append(DataProbe(store, backend.dialect, runner))
-            self._probes[key] = probes
-        return self._probes[key]
+        return self._probes.get(key, lambda: self._build(backend, files, python))
+
+    def warm(
+        self,
+        spec: str,
+        backend: Store,
+        files: DatasetFiles,
+        python: PythonFactory | None = None,
+    ) -> None:
+        """Start building the probes of `files` in the background (once per key), so a trial
+        whose analyst takes seconds finds them ready when its evidence needs them. A failed
+        build is not kept: the trial's own `get` tries again and reports the error."""
+        key = (spec, str(files.parquet_dir))
+        with self._warming_lock:
+            if key in self._warming:
+                return
+            thread = threading.Thread(
+                target=self._warm_one,
+                args=(spec, backend, files, python),
+                name="backintel-probe-warm",
+                daemon=True,
+            )
+            self._warming[key] = thread
+        thread.start()
+
+    def _warm_one(
+        self, spec: str, backend: Store, files: DatasetFiles, python: PythonFactory | None
+    ) -> None:
+        with contextlib.suppress(Exception):  # the trial's own `get` reports it
+            self.get(spec, backend, files, python)
+
+    def _build(
+        self, backend: Store, files: DatasetFiles, python: PythonFactory | None
+    ) -> list[DataProbe]:
+        probes = []
+        for salt in SALTS:
+            try:
+                perturbed = perturb_dataset(files, self.cache_dir(), salt)
+            except (OSError, ValueError, sqlite3.Error, pl.exceptions.PolarsError) as exc:
+                why = f"could not build the data probe of {files.name!r}: {exc}"
+                raise StoreError(why) from exc
+            store = backend.provision(perturbed)
+            runner = _once(partial(python, store.mount_path)) if python is not None else None
+            probes.append(DataProbe(store, backend.dialect, runner))
+        return probes
 
     def teardown(self) -> None:
-        probes, self._probes = self._probes, {}
-        for group in probes.values():
+        with self._warming_lock:
+            warming, self._warming = list(self._warming.values()), {}
+        for thread in warming:
+            thread.join()
+        for group in self._probes.drain():
             for probe in group:
                 probe.close()
 

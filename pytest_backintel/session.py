@@ -14,11 +14,11 @@ import pytest
 from pytest_backintel import run_folder
 from pytest_backintel._compat import upcoming_items
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
-from pytest_backintel.analysts import AnalystLoadError, load_analyst
+from pytest_backintel.analysts import AnalystLoadError, load_analyst, spec_kind
 from pytest_backintel.backends import StoreBackends, backend_for, store_spec
 from pytest_backintel.budget import RunBudget
 from pytest_backintel.cassettes import case_key, write_cassette
-from pytest_backintel.cleanup import clean_stale
+from pytest_backintel.cleanup import clean_stale_in_background
 from pytest_backintel.collect import ScenarioFailure, ScenarioItem
 from pytest_backintel.freeze import (
     FreezeError,
@@ -92,6 +92,7 @@ class BenchSession:
         self.probes = Probes(lambda: self.data_dir / "perturbed")
         self._sandboxes: SandboxProvider | None = None
         self._tracing: Tracing | None = None
+        self._sweep: threading.Thread | None = None
         self.budget = RunBudget(self.run_dir, self.options.run_limits)
         self.streak = ProviderStreak(self.run_dir, self.options.max_provider_failures)
         self._header: dict[str, Any] = {}
@@ -152,12 +153,17 @@ class BenchSession:
             return None
         return ItemPython(self.sandboxes, store.mount_path)
 
-    def probes_for(self, scenario: Scenario, with_python: bool) -> list[DataProbe]:
-        """The data probes of the scenario's dataset on its backend (built on first use)."""
+    def probes_for(
+        self, scenario: Scenario, with_python: bool, *, warm: bool = False
+    ) -> list[DataProbe]:
+        """The data probes of the scenario's dataset on its backend (built once, shared by
+        concurrent trials); `warm` only starts building them in the background."""
         python = evidence_runner(lambda: self.sandboxes) if with_python else None
         spec, files = store_spec(scenario, self.options.store), self.dataset(scenario)[0]
-        with self._lock:  # concurrent trials share each dataset's probes
-            return self.probes.get(spec, self.store_for(scenario), files, python)
+        if warm:
+            self.probes.warm(spec, self.store_for(scenario), files, python)
+            return []
+        return self.probes.get(spec, self.store_for(scenario), files, python)
 
     @property
     def data_dir(self) -> Path:
@@ -200,8 +206,10 @@ class BenchSession:
         scenario_items = [i for i in items if isinstance(i, ScenarioItem | SealedCase)]
         if not scenario_items:
             return
-        self.check_analyst()
-        if not self.config.option.collectonly:
+        collect_only = self.config.option.collectonly
+        if not (collect_only and spec_kind(self.options.analyst) in ("calibration", "model")):
+            self.check_analyst()  # a built-in analyst is loaded only when items will run
+        if not collect_only:
             run_folder.preflight(self.analyst, self.options, lambda: self.sandboxes)
             if self.is_controller and not (self.run_dir / "run.json").exists():
                 write_json(self.run_dir / "run.json", self._header)
@@ -220,8 +228,10 @@ class BenchSession:
 
     def start_pipeline(self) -> None:
         """With `--concurrency` above 1 (or `auto` for a model analyst), trials run ahead."""
+        if self.config.option.collectonly:
+            return
         size = self.options.concurrency or (AUTO_CONCURRENCY if self.analyst.kind == "model" else 1)
-        if size > 1 and self.pipeline is None and not self.config.option.collectonly:
+        if size > 1 and self.pipeline is None:
             self.tracing.start()  # instrument agents once, before any worker thread runs one
             self.pipeline = TrialPipeline(size, self.prepare_trial)
 
@@ -259,6 +269,8 @@ class BenchSession:
     ) -> tuple[TrialResult, str | None]:
         """One trial in its trace span, unless the run budget is spent: (result, trace id)."""
         key, scenario = case_key(item.scenario.id, item.trial), item.scenario
+        if self.analyst.kind == "model":  # the probes are built while the model thinks
+            self.probes_for(scenario, python is not None, warm=True)
         with self.tracing.trial(item.nodeid, key) as span:
             result = (
                 self.streak.gate(scenario, item.trial, store.display_id)
@@ -344,7 +356,8 @@ class BenchSession:
     def start(self) -> None:
         if not self.is_controller:
             return
-        clean_stale(self.data_dir)  # what killed runs left behind (their owner is gone)
+        # what killed runs left behind (their owner is gone)
+        self._sweep = clean_stale_in_background(self.data_dir)
         if self.config.pluginmanager.has_plugin("dsession") and self.options.analyst != "reference":
             self.check_analyst(model=not self.config.option.collectonly)
         header = self._header = self.run_header()
@@ -371,6 +384,8 @@ class BenchSession:
             self._tracing.close()
         self.probes.teardown()
         self.backends.teardown()
+        if self._sweep is not None:
+            self._sweep.join()
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
         if not self.is_controller or not self.run_dir.exists():

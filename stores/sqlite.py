@@ -41,6 +41,7 @@ from stores.base import (
 )
 from stores.caps import cell_cap, sqlite_capped_query, sqlite_collect, statement_body
 from stores.fingerprint import file_sha256
+from stores.once import OnceMap
 from stores.sqlite_build import TemplateCache, quote_ident
 from stores.sqlite_fingerprint import (
     _INTERNAL_PREFIX,
@@ -274,13 +275,13 @@ class SQLiteProvisionedStore(ProvisionedStore):
         store_id: str,
         timeout_s: float,
         on_teardown: Callable[[str], object] | None = None,
-        logical_cache: dict[str, str] | None = None,
+        logical_cache: OnceMap[str, str] | None = None,
     ) -> None:
         self.store_id = store_id
         self._path = path
         self._timeout_s = timeout_s
         self._on_teardown = on_teardown
-        self._logical_cache = {} if logical_cache is None else logical_cache
+        self._logical_cache = OnceMap[str, str]() if logical_cache is None else logical_cache
         """Logical fingerprint by physical hash: the same bytes always hold the same content."""
         self._sessions: list[SQLiteSession] = []
         self._torn_down = False
@@ -311,19 +312,21 @@ class SQLiteProvisionedStore(ProvisionedStore):
             if pristine is not None and _same_file_state(pristine[0], self._path.stat())
             else file_sha256(self._path)
         )
-        logical = self._logical_cache.get(physical)
-        if logical is None:
-            conn = _connect_read_only(self._path)
-            try:
-                logical = sqlite_logical_fingerprint(conn)
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot fingerprint store {self.display_id}: {exc}") from exc
-            finally:
-                conn.close()
-            if file_sha256(self._path) != physical:
-                raise StoreError(f"store {self.display_id} changed while it was fingerprinted")
-            self._logical_cache[physical] = logical
+        logical = self._logical_cache.get(physical, lambda: self._logical(physical))
         return Fingerprint(logical=logical, physical=physical)
+
+    def _logical(self, physical: str) -> str:
+        """The logical fingerprint, read through a private read-only connection."""
+        conn = _connect_read_only(self._path)
+        try:
+            logical = sqlite_logical_fingerprint(conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot fingerprint store {self.display_id}: {exc}") from exc
+        finally:
+            conn.close()
+        if file_sha256(self._path) != physical:
+            raise StoreError(f"store {self.display_id} changed while it was fingerprinted")
+        return logical
 
     def teardown(self) -> None:
         """Close every session, delete the file and its side files; idempotent."""
@@ -352,8 +355,8 @@ class SQLiteStore(Store):
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
         self._templates = TemplateCache(self.workdir)
         self._live: dict[str, SQLiteProvisionedStore] = {}
-        self._logical_cache: dict[str, str] = {}
-        self._template_hashes: dict[tuple[str, int, int, int], str] = {}
+        self._logical_cache = OnceMap[str, str]()
+        self._template_hashes = OnceMap[tuple[str, int, int, int], str]()
 
     def provision(self, dataset: DatasetFiles) -> SQLiteProvisionedStore:
         source = self._templates.template(dataset)
@@ -387,9 +390,7 @@ class SQLiteStore(Store):
         """The template's SHA-256, hashed once per state of the file."""
         state = template.stat()
         key = (str(template), state.st_size, state.st_mtime_ns, state.st_ino)
-        if key not in self._template_hashes:
-            self._template_hashes[key] = file_sha256(template)
-        return self._template_hashes[key]
+        return self._template_hashes.get(key, lambda: file_sha256(template))
 
     def teardown_session(self) -> None:
         """Tear down stores still alive and delete this process's built templates."""

@@ -6,6 +6,7 @@ import os
 import secrets
 import shutil
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,12 @@ class TemplateCache:
         self._workdir = workdir
         self._templates: dict[tuple[object, ...], Path] = {}
         self._template_dir: Path | None = None
+        self._lock = threading.Lock()
+        """Concurrent trials and data probes provision at once: one build per dataset."""
 
     def template(self, dataset: DatasetFiles) -> Path:
         """The dataset's own database when usable as is, else one built from it (cached)."""
+        files: list[Path] = []
         if dataset.sqlite_path is not None:
             src = dataset.sqlite_path
             if not src.is_file():
@@ -46,6 +50,10 @@ class TemplateCache:
                     f"{dataset.parquet_dir}; give one of them"
                 )
             key = ("parquet", *((str(f.resolve()), _stat_key(f)) for f in files))
+        with self._lock:
+            return self._built(dataset, key, files)
+
+    def _built(self, dataset: DatasetFiles, key: tuple[object, ...], files: list[Path]) -> Path:
         cached = self._templates.get(key)
         if cached is not None and cached.exists():
             return cached
@@ -62,10 +70,11 @@ class TemplateCache:
 
     def clear(self) -> None:
         """Delete every template this cache built."""
-        if self._template_dir is not None:
-            shutil.rmtree(self._template_dir, ignore_errors=True)
-            self._template_dir = None
-        self._templates.clear()
+        with self._lock:
+            if self._template_dir is not None:
+                shutil.rmtree(self._template_dir, ignore_errors=True)
+                self._template_dir = None
+            self._templates.clear()
 
 
 def _stat_key(path: Path) -> tuple[int, int]:
