@@ -78,8 +78,8 @@ def stale_folders(data_dir: Path) -> list[Path]:
 
 
 def _postgres(report: CleanReport, dry_run: bool) -> None:
+    from stores.pg_config import DEFAULT_DSN, INITDB
     from stores.pg_sweep import sweep_stale
-    from stores.postgres import DEFAULT_DSN, INITDB
 
     dsn = os.environ.get("BACKINTEL_PG_DSN", DEFAULT_DSN).strip() or DEFAULT_DSN
     if dsn == INITDB or dry_run:

@@ -16,10 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from pytest_backintel.dialects import translate
-from pytest_backintel.perturb import perturb_dataset
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, ProvisionedStore, QueryError, Store, StoreError
 from stores.once import OnceMap
@@ -132,6 +129,10 @@ class Probes:
     def _build(
         self, backend: Store, files: DatasetFiles, python: PythonFactory | None
     ) -> list[DataProbe]:
+        import polars as pl  # only a run whose answers cite evidence builds probes
+
+        from pytest_backintel.perturb import perturb_dataset
+
         probes = []
         for salt in SALTS:
             try:

@@ -62,15 +62,13 @@ from stores.base import (
 from stores.caps import ResultCollector, cell_cap, postgres_capped_select, statement_body
 from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
+from stores.pg_config import DEFAULT_DSN, INITDB
 from stores.pg_sweep import sweep_stale
 from stores.pg_types import pg_type
 from stores.plans import postgres_tables_read
 
 __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-INITDB = "initdb"
-"""The `BACKINTEL_PG_DSN` value that asks for a throwaway cluster."""
 _QUERY_START = re.compile(r"^(?:\s+|--[^\n]*\n?|/\*.*?\*/|\()*([A-Za-z]+)", re.DOTALL)
 _READ_KEYWORDS = {"select", "with", "values", "table"}
 _REFUSED_STATES = {"42501", "25006", "0A000"}
