@@ -67,7 +67,9 @@ class HttpClient:
         conn = cls(self._host, self._port, timeout=timeout_s)
         try:
             path = "/?" + urlencode(params) if params else "/"
-            conn.request("POST", path, body if body else sql.encode(), {"Authorization": self._auth})
+            conn.request(
+                "POST", path, body if body else sql.encode(), {"Authorization": self._auth}
+            )
             response = conn.getresponse()
             text = response.read().decode("utf-8", "replace")
         except OSError as exc:

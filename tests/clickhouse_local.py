@@ -112,9 +112,9 @@ class LocalClickHouse:
             if self.process.poll() is not None:
                 err = (self.root / "server.err.log").read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"clickhouse-server exited ({self.process.returncode}): {err}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/ping", timeout=2):
-                    return
+            url = f"http://127.0.0.1:{self.http_port}/ping"
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2):
+                return
             time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"clickhouse-server did not answer on port {self.http_port}")

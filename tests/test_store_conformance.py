@@ -587,7 +587,10 @@ def tamper(item: ProvisionedStore) -> None:
     if item.backend == "clickhouse-server":
         admin = item.store.admin  # type: ignore[attr-defined]
         admin.post(f"ALTER TABLE {item.qualified('orders')} DELETE WHERE id = 1")  # type: ignore[attr-defined]
-        done = f"SELECT count() FROM system.mutations WHERE database = '{item.store_id}' AND NOT is_done"
+        done = (
+            "SELECT count() FROM system.mutations "
+            f"WHERE database = '{item.store_id}' AND NOT is_done"
+        )
         while admin.query(done).rows != [(0,)]:  # 18.16 has no mutations_sync
             time.sleep(0.05)
         return
