@@ -206,3 +206,30 @@ def test_a_dsn_that_is_not_http_is_a_clear_error(
     monkeypatch.delenv("BACKINTEL_CLICKHOUSE_DSN")
     with pytest.raises(StoreError, match="set BACKINTEL_CLICKHOUSE_DSN"):
         ClickHouseServerStore(tmp_path).setup_session()
+
+
+@pytest.mark.parametrize("case_id", ["l1-delivered-orders", "l1-orders-by-status"])
+def test_literal_evidence_is_unsupported_on_the_server(
+    store: ClickHouseServerStore, case_id: str
+) -> None:
+    """The adversarial mutants (literal evidence, a literal over a real table, ...) on an Olist
+    item provisioned on the server: each gets the outcome it must, the reference passes."""
+    from adversarial import all_cases, mutants
+
+    from pytest_backintel.hand_score import HandScorer
+    from scenarios.worlds import data_dir
+
+    case = all_cases()[case_id]
+    hand = HandScorer(data_dir(), store="clickhouse-server")
+    try:
+        item, dialect = hand.store(case.scenario)
+        got, reasons = {}, {}
+        for mutant in mutants(hand, case, item, dialect):
+            score, _ = hand.score(case.scenario, mutant.output, case.manifest)
+            got[mutant.label] = (score.outcome.value, mutant.expected)
+            reasons[mutant.label] = " ".join(r.message for r in score.reasons)
+    finally:
+        hand.close()
+    assert got["literal evidence"] == ("unsupported_evidence", "unsupported_evidence")
+    assert "reads no table" in reasons["literal evidence"]  # tables_read, not only the probe
+    assert all(outcome == expected for outcome, expected in got.values()), got
