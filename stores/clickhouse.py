@@ -22,7 +22,9 @@ Decimal, Date as `date`, DateTime/DateTime64 as naive UTC `datetime` (the sessio
 UTC; plain DateTime, which ClickHouse sends as UInt32, is recognised by its declared type).
 
 Tables read (`tables_read`, for literal evidence) come from `EXPLAIN QUERY TREE` of the
-canonical text (`stores.clickhouse_plans`). Fingerprints: logical via `stores.fingerprint.LogicalHasher` over every table's rows sorted by
+canonical text (`stores.clickhouse_plans`).
+
+Fingerprints: logical via `stores.fingerprint.LogicalHasher` over every table's rows sorted by
 every column (`ORDER BY ALL`); physical is a sha256 over each table's name, CREATE statement and
 the bytes of every file in its data folder (MergeTree parts are immutable, so any write, delete
 or mutation adds or changes files there).
