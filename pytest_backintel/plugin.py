@@ -38,6 +38,7 @@ MARKERS = {
             "files_mixed",
             "multi",
             "clickhouse",
+            "clickhouse_server",
             "iceberg_s3",
         )
     },

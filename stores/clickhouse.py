@@ -21,6 +21,9 @@ Values come back as Arrow and are normalised like every other backend: NULL as N
 Decimal, Date as `date`, DateTime/DateTime64 as naive UTC `datetime` (the session time zone is
 UTC; plain DateTime, which ClickHouse sends as UInt32, is recognised by its declared type).
 
+Tables read (`tables_read`, for literal evidence) come from `EXPLAIN QUERY TREE` of the
+canonical text (`stores.clickhouse_plans`).
+
 Fingerprints: logical via `stores.fingerprint.LogicalHasher` over every table's rows sorted by
 every column (`ORDER BY ALL`); physical is a sha256 over each table's name, CREATE statement and
 the bytes of every file in its data folder (MergeTree parts are immutable, so any write, delete
@@ -58,6 +61,7 @@ from stores.base import (
 )
 from stores.caps import ResultCollector, cell_cap, clickhouse_capped_select
 from stores.clickhouse_engine import Engine, arrow, cells, clickhouse_type, literal, quote
+from stores.clickhouse_plans import query_tree_tables
 from stores.fingerprint import LogicalHasher, tree_sha256
 
 __all__ = ["ClickHouseStore", "ProvisionedClickHouse", "clickhouse_type"]
@@ -116,14 +120,8 @@ class ClickHouseSession(StoreSession):
     ) -> QueryResult:
         """Checked as `stores.clickhouse_policy` says; the canonical text is what runs, wrapped
         so the engine cuts every variable-size cell and stops at `max_rows + 1` rows."""
-        policy.single_statement(sql)
         with self._lock:
-            formatted = self._query(f"SELECT formatQuerySingleLine({literal(sql)})", max_rows, sql)
-            canonical = str(formatted.column(0)[0].as_py())
-            policy.output_clauses(canonical)
-            ast = self._query(f"EXPLAIN AST {canonical}", max_rows, sql)
-            lines = [str(v) for v in ast.column(0).to_pylist()] if ast.num_columns else []
-            policy.check_statement("\n".join(lines), self._item.store_id, self._engine.databases())
+            canonical = self._checked(sql, max_rows)
             described = self._query(f"DESCRIBE ({canonical})", max_rows, sql)
             names, types = described["name"].to_pylist(), described["type"].to_pylist()
             cap = cell_cap(len(names), max_rows, max_bytes)
@@ -134,6 +132,26 @@ class ClickHouseSession(StoreSession):
         out = ResultCollector(list(names), max_rows, max_bytes, cap)
         out.extend(cells(table.slice(0, max_rows + 1), declared))
         return out.result()
+
+    def _text(self, sql: str, max_rows: int, analyst_sql: str) -> str:
+        found = self._query(sql, max_rows, analyst_sql)
+        return "\n".join(str(v) for v in found.column(0).to_pylist()) if found.num_columns else ""
+
+    def _checked(self, sql: str, max_rows: int) -> str:
+        """ClickHouse's canonical text of `sql` once `stores.clickhouse_policy` admits it."""
+        policy.single_statement(sql)
+        canonical = self._text(f"SELECT formatQuerySingleLine({literal(sql)})", max_rows, sql)
+        policy.output_clauses(canonical)
+        ast = self._text(f"EXPLAIN AST {canonical}", max_rows, sql)
+        policy.check_statement(ast, self._item.store_id, self._engine.databases())
+        return canonical
+
+    def tables_read(self, sql: str) -> set[str]:
+        """The item's tables in ClickHouse's resolved query tree (`stores.clickhouse_plans`)."""
+        with self._lock:
+            canonical = self._checked(sql, MAX_ROWS)
+            tree = self._text(f"EXPLAIN QUERY TREE {canonical}", MAX_ROWS, sql)
+        return query_tree_tables(tree, self._item.store_id)
 
     def engine_query(self, sql: str) -> pa.Table:
         """`sql` on the analyst's read-only connection without the statement check (tests use

@@ -85,6 +85,7 @@ class Engine:
         self.path = path
         self.users = 0
         self._admin_lock = threading.RLock()
+        self._parser: Any = None
         path.mkdir(parents=True, exist_ok=True)
         try:
             self._admin = _chdb().Connection(f"{path}?session_timezone=UTC")
@@ -106,6 +107,8 @@ class Engine:
                 return
             Engine._current = None
             with self._admin_lock, contextlib.suppress(Exception):
+                if self._parser is not None:
+                    self._parser.close()
                 self._admin.close()
             shutil.rmtree(self.path, ignore_errors=True)
 
@@ -124,6 +127,14 @@ class Engine:
                 self._admin.query(f"INSERT INTO {target} SELECT * FROM Python(data)")
             except Exception as exc:
                 raise StoreError(f"clickhouse store: loading {target} failed: {exc}") from exc
+
+    def analyst_parse(self, sql: str) -> pa.Table:
+        """`sql` (a `formatQuerySingleLine` or `EXPLAIN AST`) on a read-only connection of its
+        own: the parser of a server mode, which runs nothing here. Raises chDB's RuntimeError."""
+        with self._admin_lock:
+            if self._parser is None:
+                self._parser = _chdb().Connection(f"{self.path}?readonly=1")
+            return arrow(self._parser.query(sql, "Arrow"))
 
     def databases(self) -> list[str]:
         return [str(v) for v in self.run("SELECT name FROM system.databases")["name"].to_pylist()]

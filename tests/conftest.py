@@ -46,3 +46,24 @@ def model_server() -> Iterator[ModelServer]:
     it runs (they can only reach it or fail: no key for any outside provider is set)."""
     with ModelServer() as server, override_allow_model_requests(True):
         yield server
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The `clickhouse-server` store's environment: the user's own server when
+    `BACKINTEL_CLICKHOUSE_DSN` is set, else a real server started here (`tests/clickhouse_local`)
+    while `clickhouse-server` is on PATH (set in `os.environ` for the session), else nothing:
+    the store then refuses to start, and the suite skips it or fails under `BACKINTEL_REQUIRE`."""
+    from clickhouse_local import LocalClickHouse, available
+
+    if os.environ.get("BACKINTEL_CLICKHOUSE_DSN") or not available():
+        yield {}
+        return
+    server = LocalClickHouse.start(tmp_path_factory.mktemp("clickhouse-server"))
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in server.env.items():
+            mp.setenv(key, value)
+        try:
+            yield server.env
+        finally:
+            server.stop()

@@ -34,7 +34,7 @@ def _small_tpch() -> Iterator[None]:
         yield
 
 
-@pytest.fixture(scope="module", params=["sqlite", "duckdb", "postgres"])
+@pytest.fixture(scope="module", params=["sqlite", "duckdb", "postgres", "clickhouse"])
 def scorer(request: pytest.FixtureRequest) -> Iterator[HandScorer]:
     hand = HandScorer(data_dir(), store=request.param)
     yield hand
@@ -75,7 +75,7 @@ def test_a_refusal_repeating_the_question_fails_every_unanswerable_case() -> Non
         assert score_answer(scenario, echo, [], {}).outcome.value == "unhelpful_refusal"
 
 
-@pytest.mark.parametrize("store", ["sqlite", "duckdb", "postgres"])
+@pytest.mark.parametrize("store", ["sqlite", "duckdb", "postgres", "clickhouse"])
 def test_backintel_score_rejects_literal_evidence_and_accepts_the_reference(
     store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -308,7 +308,9 @@ def test_refusals_name_what_is_missing_and_state_no_value(
     assert score_answer(scenario, refusal, [], {}).outcome.value == outcome
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "duckdb", "postgres", "lake-parquet", "files"])
+@pytest.mark.parametrize(
+    "backend", ["sqlite", "duckdb", "postgres", "lake-parquet", "files", "clickhouse"]
+)
 def test_every_backend_reports_the_tables_a_query_reads(backend: str) -> None:
     """`StoreSession.tables_read`, the interface new backends implement: the engine's plan,
     never the SQL text, so a literal over a real table still names the table."""
@@ -320,7 +322,7 @@ def test_every_backend_reports_the_tables_a_query_reads(backend: str) -> None:
             assert session.tables_read("SELECT 3715 FROM (SELECT 1 AS x) AS v") == set()
             counted = session.tables_read("SELECT COUNT(*) AS n FROM orders")
             joined = "SELECT 1 AS x FROM orders o JOIN order_items i ON o.order_id = i.order_id"
-            if backend in {"sqlite", "duckdb", "postgres"}:
+            if backend in {"sqlite", "duckdb", "postgres", "clickhouse"}:
                 assert counted == {"orders"}
                 assert session.tables_read(joined) == {"orders", "order_items"}
             else:  # views over files: the plan names the scan, not the view

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from datetime import date, datetime, timedelta
@@ -84,8 +85,11 @@ NAMES = ["Zoë", "東京", "🙂 smile", "", None, "O'Brien", 'a,b "q"', "line\n
 STATUSES = ["delivered", "shipped", "canceled", "invoiced"]
 
 
-def make_dataset(root: Path, name: str, n_orders: int, extra: bool = False) -> DatasetFiles:
-    """Parquet tables `customers` and `orders` (+ `extra`), and a SQLite file built from them."""
+def make_dataset(
+    root: Path, name: str, n_orders: int, extra: bool = False, whole_seconds: bool = False
+) -> DatasetFiles:
+    """Parquet tables `customers` and `orders` (+ `extra`), and a SQLite file built from them;
+    `whole_seconds` for a store whose timestamps hold no fraction of a second."""
     parquet = root / "parquet"
     parquet.mkdir(parents=True)
     customers = pa.table(
@@ -108,7 +112,8 @@ def make_dataset(root: Path, name: str, n_orders: int, extra: bool = False) -> D
             ),
             "created": pa.array(
                 [
-                    datetime(2024, 1, 1, 8, 30) + timedelta(hours=7 * i, microseconds=i)
+                    datetime(2024, 1, 1, 8, 30)
+                    + timedelta(hours=7 * i, microseconds=0 if whole_seconds else i)
                     for i in range(n_orders)
                 ],
                 pa.timestamp("us"),
@@ -228,6 +233,41 @@ def other_dataset(tmp_path_factory: pytest.TempPathFactory) -> DatasetFiles:
     return make_dataset(tmp_path_factory.mktemp("ds-other"), "other", 7, extra=True)
 
 
+def whole_seconds(name: str) -> bool:
+    """Backends whose timestamps hold whole seconds (`clickhouse-server` on ClickHouse 18.16)."""
+    return family(name) == "clickhouse-server"
+
+
+@pytest.fixture(scope="session")
+def seconds_datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[DatasetFiles, DatasetFiles]:
+    """The two datasets with whole-second timestamps."""
+    main = make_dataset(
+        tmp_path_factory.mktemp("ds-main-s"), "conformance", 250, whole_seconds=True
+    )
+    other = make_dataset(tmp_path_factory.mktemp("ds-other-s"), "other", 7, True, True)
+    return main, other
+
+
+@pytest.fixture(scope="module")
+def item_dataset(
+    request: pytest.FixtureRequest, store: Store, dataset: DatasetFiles
+) -> DatasetFiles:
+    """`dataset` as `store` can hold it."""
+    if whole_seconds(store.name):
+        return request.getfixturevalue("seconds_datasets")[0]  # type: ignore[no-any-return]
+    return dataset
+
+
+@pytest.fixture(scope="module")
+def item_other(
+    request: pytest.FixtureRequest, store: Store, other_dataset: DatasetFiles
+) -> DatasetFiles:
+    """`other_dataset` as `store` can hold it."""
+    if whole_seconds(store.name):
+        return request.getfixturevalue("seconds_datasets")[1]  # type: ignore[no-any-return]
+    return other_dataset
+
+
 def start_store(name: str, workdir: Path, timeout_s: float = 1.5) -> Store:
     """The backend set up for a session, or a skip (a failure when it is required)."""
     try:
@@ -246,25 +286,27 @@ def store(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Store]:
     name: str = request.param
+    if name == "clickhouse-server":
+        request.getfixturevalue("clickhouse_server")
     store = start_store(name, tmp_path_factory.mktemp(f"store-{name}"))
     yield store
     store.teardown_session()
 
 
 @pytest.fixture(scope="module")
-def item(store: Store, dataset: DatasetFiles) -> Iterator[ProvisionedStore]:
-    provisioned = store.provision(dataset)
+def item(store: Store, item_dataset: DatasetFiles) -> Iterator[ProvisionedStore]:
+    provisioned = store.provision(item_dataset)
     yield provisioned
     provisioned.teardown()
 
 
-@pytest.fixture(scope="session")
-def reference(dataset: DatasetFiles) -> duckdb.DuckDBPyConnection:
+@pytest.fixture(scope="module")
+def reference(item_dataset: DatasetFiles) -> duckdb.DuckDBPyConnection:
     """Plain DuckDB over the canonical Parquet: the answers every backend must give."""
     conn = duckdb.connect()
-    for table in dataset.tables:
+    for table in item_dataset.tables:
         conn.execute(
-            f"CREATE VIEW {table} AS SELECT * FROM '{dataset.parquet_dir / table}.parquet'"
+            f"CREATE VIEW {table} AS SELECT * FROM '{item_dataset.parquet_dir / table}.parquet'"
         )
     return conn
 
@@ -327,13 +369,13 @@ def test_state_changes_are_refused(item: ProvisionedStore, sql: str) -> None:
 
 
 def test_fingerprint_is_stable_and_tells_datasets_apart(
-    store: Store, item: ProvisionedStore, other_dataset: DatasetFiles
+    store: Store, item: ProvisionedStore, item_other: DatasetFiles
 ) -> None:
     first = item.fingerprint()
     with item.connect() as session:
         session.run_sql("SELECT * FROM orders")
     assert item.fingerprint() == first
-    other = store.provision(other_dataset)
+    other = store.provision(item_other)
     try:
         assert other.fingerprint().logical != first.logical
     finally:
@@ -345,6 +387,11 @@ def test_timeout_interrupts_and_session_survives(item: ProvisionedStore) -> None
         "SELECT count(*) AS n FROM orders a, orders b, orders c, orders d, orders e "
         "WHERE a.id + b.id + c.id + d.id + e.id > 7"
     )
+    if item.backend == "clickhouse-server":  # 18.16: one join per SELECT, 244 MiB per query
+        slow = (
+            "SELECT count(*) AS n FROM (SELECT a.id + b.id AS s FROM orders a CROSS JOIN orders b)"
+            " WHERE has(range(20000), toUInt32(s) + 100000)"
+        )
     with item.connect() as session:
         with pytest.raises(QueryTimeout):
             session.run_sql(slow)
@@ -352,9 +399,9 @@ def test_timeout_interrupts_and_session_survives(item: ProvisionedStore) -> None
 
 
 def test_items_are_isolated_and_teardown_is_idempotent(
-    store: Store, dataset: DatasetFiles, other_dataset: DatasetFiles
+    store: Store, item_dataset: DatasetFiles, item_other: DatasetFiles
 ) -> None:
-    one, two = store.provision(dataset), store.provision(other_dataset)
+    one, two = store.provision(item_dataset), store.provision(item_other)
     assert one.store_id != two.store_id
     assert one.display_id == f"{store.name}:{one.store_id}"
     assert re.fullmatch(r"bi_[0-9a-f]{12}", one.store_id)
@@ -379,12 +426,12 @@ def test_items_are_isolated_and_teardown_is_idempotent(
 
 
 def test_concurrent_provisioning_from_threads(
-    request: pytest.FixtureRequest, store: Store, dataset: DatasetFiles, tmp_path: Path
+    request: pytest.FixtureRequest, store: Store, item_dataset: DatasetFiles, tmp_path: Path
 ) -> None:
     fresh = start_store(request.node.callspec.params["store"], tmp_path / "fresh")
 
     def work(_: int) -> tuple[str, int]:
-        provisioned = fresh.provision(dataset)
+        provisioned = fresh.provision(item_dataset)
         try:
             with provisioned.connect() as session:
                 count = session.run_sql("SELECT count(*) AS n FROM orders").rows[0][0]
@@ -413,11 +460,19 @@ def _provision_in_process(name: str, workdir: str, parquet_dir: str) -> tuple[st
     return provisioned.store_id, int(count)  # type: ignore[arg-type]
 
 
-def test_concurrent_provisioning_from_processes(dataset: DatasetFiles, tmp_path: Path) -> None:
+def test_concurrent_provisioning_from_processes(
+    request: pytest.FixtureRequest, dataset: DatasetFiles, tmp_path: Path
+) -> None:
     """Two processes per backend share one workdir, so they race on the template lock (multi
     specs are left out: their components are these same backends)."""
     single = [name for name in BACKENDS if family(name) != "multi"]
-    jobs = [(name, str(tmp_path / name), str(dataset.parquet_dir)) for name in single for _ in "ab"]
+    request.getfixturevalue("clickhouse_server")
+    seconds = request.getfixturevalue("seconds_datasets")[0]
+    jobs = [
+        (name, str(tmp_path / name), str((seconds if whole_seconds(name) else dataset).parquet_dir))
+        for name in single
+        for _ in "ab"
+    ]
     with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
         results = list(pool.map(_provision_in_process, *zip(*jobs, strict=True)))
     for (name, *_), result in zip(jobs, results, strict=True):
@@ -529,6 +584,16 @@ def tamper(item: ProvisionedStore) -> None:
     if item.backend == "clickhouse":
         item.engine.run(f"DELETE FROM {item.qualified('orders')} WHERE id = 1")  # type: ignore[attr-defined]
         return
+    if item.backend == "clickhouse-server":
+        admin = item.store.admin  # type: ignore[attr-defined]
+        admin.post(f"ALTER TABLE {item.qualified('orders')} DELETE WHERE id = 1")  # type: ignore[attr-defined]
+        done = (
+            "SELECT count() FROM system.mutations "
+            f"WHERE database = '{item.store_id}' AND NOT is_done"
+        )
+        while admin.query(done).rows != [(0,)]:  # 18.16 has no mutations_sync
+            time.sleep(0.05)
+        return
     if item.backend == "postgres":
         import psycopg
 
@@ -578,9 +643,9 @@ def same_size_parquet(table: pa.Table, size: int) -> bytes:
 
 
 def test_fingerprint_sees_a_change_made_behind_the_store(
-    store: Store, dataset: DatasetFiles
+    store: Store, item_dataset: DatasetFiles
 ) -> None:
-    victim = store.provision(dataset)
+    victim = store.provision(item_dataset)
     try:
         before = victim.fingerprint()
         tamper(victim)
