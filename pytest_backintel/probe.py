@@ -8,16 +8,19 @@ the end of the session. The check query's values on the probe are computed once 
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from pytest_backintel.dialects import translate
 from pytest_backintel.perturb import perturb_dataset
+from pytest_backintel.perturb_sources import (
+    FILE_FORMS,
+    perturb_postgres,
+    perturb_source,
+    source_form,
+)
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, ProvisionedStore, QueryError, Store, StoreError
 
@@ -88,29 +91,67 @@ class Probes:
         backend: Store,
         files: DatasetFiles,
         python: PythonFactory | None = None,
+        data_hash: str | None = None,
     ) -> list[DataProbe]:
+        """The probes of `files` on `backend`: a Parquet dataset, or a user's SQLite, DuckDB,
+        CSV or PostgreSQL source (`data_hash` names its perturbed copies)."""
+        form = source_form(files)
+        if form is None and not _is_postgres_clone(backend):
+            return []  # no data of a form the probe can copy: tables-read check only
         key = (spec, str(files.parquet_dir))
-        if not files.parquet_dir.is_dir() or not any(files.parquet_dir.glob("*.parquet")):
-            return []  # a source of the user's own that is not Parquet: tables-read check only
         if key not in self._probes:
             probes = []
             for salt in SALTS:
                 try:
-                    perturbed = perturb_dataset(files, self.cache_dir(), salt)
-                except (OSError, ValueError, sqlite3.Error, pl.exceptions.PolarsError) as exc:
+                    store = self._provision(backend, files, form, salt, data_hash)
+                except StoreError:
+                    raise
+                except Exception as exc:  # sqlite3, DuckDB, psycopg, polars, OS errors
                     why = f"could not build the data probe of {files.name!r}: {exc}"
                     raise StoreError(why) from exc
-                store = backend.provision(perturbed)
                 runner = _once(partial(python, store.mount_path)) if python is not None else None
                 probes.append(DataProbe(store, backend.dialect, runner))
             self._probes[key] = probes
         return self._probes[key]
+
+    def _provision(
+        self,
+        backend: Store,
+        files: DatasetFiles,
+        form: str | None,
+        salt: int,
+        data_hash: str | None,
+    ) -> ProvisionedStore:
+        if form == "parquet":
+            return backend.provision(perturb_dataset(files, self.cache_dir(), salt))
+        if form in FILE_FORMS:
+            if data_hash is None:
+                raise ValueError(f"the {form} source of {files.name!r} has no data hash")
+            copy = perturb_source(files, form, self.cache_dir(), salt, data_hash)
+            return backend.provision(copy)
+        from stores.postgres import ProvisionedPostgres
+
+        store = backend.provision(files)  # a PostgreSQL clone of its own, perturbed in place
+        try:
+            assert isinstance(store, ProvisionedPostgres)
+            perturb_postgres(store.admin_dsn, salt)
+        except Exception:
+            store.teardown()
+            raise
+        return store
 
     def teardown(self) -> None:
         probes, self._probes = self._probes, {}
         for group in probes.values():
             for probe in group:
                 probe.close()
+
+
+def _is_postgres_clone(backend: Store) -> bool:
+    """A user's PostgreSQL source: its probe is a clone of its own, perturbed in place."""
+    from stores.postgres_clone import PostgresCloneStore
+
+    return isinstance(backend, PostgresCloneStore)
 
 
 def _once(make: Callable[[], Any]) -> Callable[[], Any]:

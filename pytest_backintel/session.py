@@ -155,9 +155,9 @@ class BenchSession:
     def probes_for(self, scenario: Scenario, with_python: bool) -> list[DataProbe]:
         """The data probes of the scenario's dataset on its backend (built on first use)."""
         python = evidence_runner(lambda: self.sandboxes) if with_python else None
-        spec, files = store_spec(scenario, self.options.store), self.dataset(scenario)[0]
+        spec, (files, data_hash) = store_spec(scenario, self.options.store), self.dataset(scenario)
         with self._lock:  # concurrent trials share each dataset's probes
-            return self.probes.get(spec, self.store_for(scenario), files, python)
+            return self.probes.get(spec, self.store_for(scenario), files, python, data_hash)
 
     @property
     def data_dir(self) -> Path:
