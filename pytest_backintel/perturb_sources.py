@@ -62,10 +62,40 @@ def _frames(read: Callable[[str], pl.DataFrame], tables: list[str]) -> dict[str,
     return frames
 
 
-def _perturbed(frames: dict[str, pl.DataFrame], salt: int) -> dict[str, pl.DataFrame]:
-    """`perturb_tables`, and DECIMAL columns (money in a user's database) scaled the same way
-    and cast back to their own precision; a value the precision cannot hold is kept."""
-    out = perturb_tables(frames, salt)
+ForeignKey = tuple[str, list[str], str, list[str]]
+"""(table, columns, referenced table, referenced columns), as the source declares it."""
+
+
+def _without_orphans(
+    frames: dict[str, pl.DataFrame], fks: list[ForeignKey]
+) -> dict[str, pl.DataFrame]:
+    """Rows whose declared foreign key points at a dropped row are dropped too (to a
+    fixpoint), so the copy keeps the source's constraints."""
+    changed = True
+    while changed:
+        changed = False
+        for table, cols, parent, pcols in fks:
+            if table not in frames or parent not in frames:
+                continue
+            child = frames[table].with_row_index("__backintel_row")
+            keys = frames[parent].select(pcols).unique()
+            keys = keys.rename(dict(zip(pcols, cols, strict=True)))
+            keys = keys.cast({c: child.schema[c] for c in cols})
+            nulls = pl.any_horizontal([pl.col(c).is_null() for c in cols])
+            ok = child.filter(~nulls).join(keys, on=cols, how="semi")["__backintel_row"]
+            kept = child.filter(nulls | pl.col("__backintel_row").is_in(ok.implode()))
+            if kept.height < child.height:
+                frames[table], changed = kept.drop("__backintel_row"), True
+    return frames
+
+
+def _perturbed(
+    frames: dict[str, pl.DataFrame], salt: int, fks: list[ForeignKey] | None = None
+) -> dict[str, pl.DataFrame]:
+    """`perturb_tables` without orphans, and DECIMAL columns (money in a user's database)
+    scaled the same way and cast back to their own precision; a value the precision cannot
+    hold is kept."""
+    out = _without_orphans(perturb_tables(frames, salt), fks or [])
     n = 0
     for table in sorted(out):
         df = out[table]
@@ -109,7 +139,7 @@ def _sqlite(src: Path, dst: Path, salt: int) -> None:
         frames = _frames(read, tables)
         con.execute("PRAGMA foreign_keys = OFF")
         with con:
-            for table, df in _perturbed(frames, salt).items():
+            for table, df in _perturbed(frames, salt, _sqlite_fks(con, tables)).items():
                 cols = ", ".join(_q(c) for c in df.columns)
                 marks = ", ".join("?" * len(df.columns))
                 con.execute(f"DELETE FROM {_q(table)}")
@@ -117,6 +147,18 @@ def _sqlite(src: Path, dst: Path, salt: int) -> None:
         con.execute("VACUUM")
     finally:
         con.close()
+
+
+def _sqlite_fks(con: sqlite3.Connection, tables: list[str]) -> list[ForeignKey]:
+    by_id: dict[tuple[str, int], ForeignKey] = {}
+    for table in tables:
+        for fk_id, _seq, parent, col, pcol, *_ in con.execute(
+            f"PRAGMA foreign_key_list({_q(table)})"
+        ):
+            _, cols, _, pcols = by_id.setdefault((table, fk_id), (table, [], parent, []))
+            cols.append(col)
+            pcols.append(pcol or col)
+    return list(by_id.values())
 
 
 def _duckdb(src: Path, dst: Path, salt: int) -> None:
@@ -133,7 +175,15 @@ def _duckdb(src: Path, dst: Path, salt: int) -> None:
             ).fetchall()
         ]
         frames = _frames(lambda t: con.execute(f"SELECT * FROM {_q(t)}").pl(), tables)
-        perturbed = _perturbed(frames, salt)
+        fks: list[ForeignKey] = [
+            (t, list(c), p, list(pc))
+            for t, c, p, pc in con.execute(
+                "SELECT table_name, constraint_column_names, referenced_table, "
+                "referenced_column_names FROM duckdb_constraints() "
+                "WHERE constraint_type = 'FOREIGN KEY' AND schema_name = 'main'"
+            ).fetchall()
+        ]
+        perturbed = _perturbed(frames, salt, fks)
         _replace_in_order(
             list(perturbed),
             lambda t: con.execute(f"DELETE FROM {_q(t)}"),
@@ -278,8 +328,24 @@ def perturb_postgres(admin_dsn: str, salt: int) -> None:
             return pl.DataFrame(cur.fetchall(), schema=cols, orient="row", infer_schema_length=None)
 
         frames = _frames(read, tables)
+        fks: list[ForeignKey] = [
+            (t, list(c), p, list(pc))
+            for t, c, p, pc in con.execute(
+                "SELECT cl.relname::text, array_agg(a.attname::text ORDER BY k.n), "
+                "pr.relname::text, array_agg(pa.attname::text ORDER BY k.n) "
+                "FROM pg_constraint co "
+                "JOIN pg_class cl ON cl.oid = co.conrelid "
+                "JOIN pg_class pr ON pr.oid = co.confrelid "
+                "JOIN pg_namespace ns ON ns.oid = cl.relnamespace AND ns.nspname = 'public' "
+                "CROSS JOIN LATERAL unnest(co.conkey, co.confkey) WITH ORDINALITY "
+                "AS k(col, pcol, n) "
+                "JOIN pg_attribute a ON a.attrelid = co.conrelid AND a.attnum = k.col "
+                "JOIN pg_attribute pa ON pa.attrelid = co.confrelid AND pa.attnum = k.pcol "
+                "WHERE co.contype = 'f' GROUP BY co.oid, cl.relname, pr.relname"
+            ).fetchall()
+        ]
         con.execute("SET LOCAL session_replication_role = replica")
-        for table, df in _perturbed(frames, salt).items():
+        for table, df in _perturbed(frames, salt, fks).items():
             con.execute(f"DELETE FROM public.{_q(table)}")
             cols = ", ".join(_q(c) for c in df.columns)
             with con.cursor().copy(f"COPY public.{_q(table)} ({cols}) FROM STDIN") as copy:
