@@ -38,7 +38,7 @@ HONEST = {
 HIDDEN = "SELECT {value} AS {name} FROM (SELECT * FROM orders LIMIT 1) AS t"
 """The right value as a literal, in a query that does read `orders`."""
 
-LITERAL_AGENT = '''
+LITERAL_AGENT = """
 from pytest_backintel.analyst_api import AnalystRun
 from pytest_backintel.contract import AnalystAnswer
 
@@ -64,7 +64,7 @@ class Literal:
 
 def build(config):
     return Literal()
-'''
+"""
 
 
 def bind(tmp_path: Path, kind: str) -> str:
@@ -79,9 +79,7 @@ def bind(tmp_path: Path, kind: str) -> str:
     write_parquet(exports)
     if kind == "duckdb":
         con = duckdb.connect(str(tmp_path / "shop.duckdb"))
-        con.execute(
-            "CREATE TABLE customers (id BIGINT PRIMARY KEY, name VARCHAR, country VARCHAR)"
-        )
+        con.execute("CREATE TABLE customers (id BIGINT PRIMARY KEY, name VARCHAR, country VARCHAR)")
         con.execute(
             "CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id BIGINT NOT NULL "
             "REFERENCES customers (id), ordered_on DATE NOT NULL, status VARCHAR NOT NULL, "
@@ -119,7 +117,8 @@ def test_a_literal_hidden_over_a_real_table_is_caught_on_every_source_kind(
     assert build.returncode == 0, build.stdout + build.stderr
     for case in HONEST:
         scenario = f"scenarios/{case}.scenario.yaml"
-        honest = backintel(folder, "score", "--scenario", scenario, answer_file(folder, case, False))
+        honest_file = answer_file(folder, case, False)
+        honest = backintel(folder, "score", "--scenario", scenario, honest_file)
         assert json.loads(honest.stdout)["outcome"] == "pass", honest.stdout + honest.stderr
         hidden = backintel(folder, "score", "--scenario", scenario, answer_file(folder, case, True))
         score = json.loads(hidden.stdout)
