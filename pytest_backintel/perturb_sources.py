@@ -20,21 +20,18 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-from filelock import FileLock
 
-from pytest_backintel.perturb import PERTURB_VERSION, perturb_tables
+from pytest_backintel.perturb import DONE_FILE, PERTURB_VERSION, build_once, perturb_tables
 from stores.base import DatasetFiles
 
 __all__ = ["FILE_FORMS", "perturb_postgres", "perturb_source", "source_form"]
 
 FILE_FORMS = ("sqlite", "duckdb", "csv")
-_DONE = "perturbed.json"
 _SCHEMA = "_schema.json"
 
 
@@ -64,6 +61,10 @@ def _frames(read: Callable[[str], pl.DataFrame], tables: list[str]) -> dict[str,
 
 ForeignKey = tuple[str, list[str], str, list[str]]
 """(table, columns, referenced table, referenced columns), as the source declares it."""
+
+
+def _foreign_keys(rows: list[tuple[Any, ...]]) -> list[ForeignKey]:
+    return [(t, list(c), p, list(pc)) for t, c, p, pc in rows]
 
 
 def _without_orphans(
@@ -175,14 +176,13 @@ def _duckdb(src: Path, dst: Path, salt: int) -> None:
             ).fetchall()
         ]
         frames = _frames(lambda t: con.execute(f"SELECT * FROM {_q(t)}").pl(), tables)
-        fks: list[ForeignKey] = [
-            (t, list(c), p, list(pc))
-            for t, c, p, pc in con.execute(
+        fks = _foreign_keys(
+            con.execute(
                 "SELECT table_name, constraint_column_names, referenced_table, "
                 "referenced_column_names FROM duckdb_constraints() "
                 "WHERE constraint_type = 'FOREIGN KEY' AND schema_name = 'main'"
             ).fetchall()
-        ]
+        )
         perturbed = _perturbed(frames, salt, fks)
         _replace_in_order(
             list(perturbed),
@@ -289,22 +289,12 @@ def perturb_source(
     suffix = "" if form == "csv" else src.suffix
     final = cache_dir / f"{files.name}-{form}-v{PERTURB_VERSION}-s{salt}-{data_hash[:16]}"
     built = final / f"data{suffix}"
-    if (final / _DONE).is_file():
-        return _as_files(files, form, built)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final) + ".lock"):
-        if not (final / _DONE).is_file():
-            if final.exists():
-                shutil.rmtree(final)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=cache_dir))
-            tmp.chmod(0o755)
-            try:
-                _BUILDERS[form](src, tmp / built.name, salt)
-                (tmp / _DONE).write_text(json.dumps({"source": str(src), "salt": salt}))
-                tmp.rename(final)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+
+    def build(tmp: Path) -> None:
+        _BUILDERS[form](src, tmp / built.name, salt)
+        (tmp / DONE_FILE).write_text(json.dumps({"source": str(src), "salt": salt}))
+
+    build_once(cache_dir, final, build)
     return _as_files(files, form, built)
 
 
@@ -328,9 +318,8 @@ def perturb_postgres(admin_dsn: str, salt: int) -> None:
             return pl.DataFrame(cur.fetchall(), schema=cols, orient="row", infer_schema_length=None)
 
         frames = _frames(read, tables)
-        fks: list[ForeignKey] = [
-            (t, list(c), p, list(pc))
-            for t, c, p, pc in con.execute(
+        fks = _foreign_keys(
+            con.execute(
                 "SELECT cl.relname::text, array_agg(a.attname::text ORDER BY k.n), "
                 "pr.relname::text, array_agg(pa.attname::text ORDER BY k.n) "
                 "FROM pg_constraint co "
@@ -343,7 +332,7 @@ def perturb_postgres(admin_dsn: str, salt: int) -> None:
                 "JOIN pg_attribute pa ON pa.attrelid = co.confrelid AND pa.attnum = k.pcol "
                 "WHERE co.contype = 'f' GROUP BY co.oid, cl.relname, pr.relname"
             ).fetchall()
-        ]
+        )
         con.execute("SET LOCAL session_replication_role = replica")
         for table, df in _perturbed(frames, salt, fks).items():
             con.execute(f"DELETE FROM public.{_q(table)}")
