@@ -12,7 +12,7 @@ transformation as for Parquet datasets); what differs is only how tables are rea
 
 A file copy is built once per source and salt under the cache folder, named by the source's
 data hash (a changed source gets a new copy); a PostgreSQL copy lives for the session.
-A table whose values the tables cannot hold in a frame (a column of mixed types) is kept as is.
+A table polars cannot hold in a frame (a column of mixed types) is kept as it is.
 """
 
 from __future__ import annotations
@@ -122,8 +122,12 @@ def _lit(text: str) -> str:
 
 
 def _sqlite(src: Path, dst: Path, salt: int) -> None:
-    shutil.copyfile(src, dst)
+    source = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
     con = sqlite3.connect(dst)
+    try:
+        source.backup(con)  # a consistent copy, a WAL file's pages included
+    finally:
+        source.close()
     try:
         tables = [
             r[0]
@@ -166,6 +170,8 @@ def _duckdb(src: Path, dst: Path, salt: int) -> None:
     import duckdb
 
     shutil.copyfile(src, dst)
+    if (wal := src.with_name(src.name + ".wal")).is_file():
+        shutil.copyfile(wal, dst.with_name(dst.name + ".wal"))
     con = duckdb.connect(str(dst), config={"autoload_known_extensions": "false"})
     try:
         tables = [
