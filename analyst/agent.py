@@ -54,6 +54,7 @@ __all__ = [
     "check_contract",
     "dump_messages",
     "run_agent",
+    "task_prompt",
     "usage_limits",
 ]
 
@@ -73,6 +74,15 @@ def build_instructions() -> str:
     lines.append("Load one with `load_skill(name)` when it applies:")
     lines += [f"- `{s.name}`: {s.description}" for s in skill_catalog()]
     return "\n".join(lines)
+
+
+def task_prompt(task: AnalystTask) -> str:
+    """What the model is asked: the question, then the task's own answer contract and
+    comparison rules (`task.rules`, the text every analyst receives), so the built-in analyst is
+    measured on the same terms as a custom one and the rules have one source."""
+    if not task.rules:
+        return task.question
+    return f"{task.question}\n\n## How your answer is scored\n\n{task.rules}"
 
 
 def check_contract(output: AnalystAnswer | Refusal) -> AnalystAnswer | Refusal:
@@ -192,7 +202,7 @@ async def _run(
             try:
                 async with timer:
                     result = await agent.run(
-                        task.question,
+                        task_prompt(task),
                         model=make_model(deps),
                         deps=deps,
                         usage_limits=usage_limits(task.limits),

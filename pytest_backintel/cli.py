@@ -128,6 +128,7 @@ def _score(args: argparse.Namespace) -> int:
     from pytest_backintel.backends import store_spec
     from pytest_backintel.hand_score import HandScorer
     from pytest_backintel.references import discover
+    from stores.base import StoreError
 
     if args.run:
         return _rescore(args)
@@ -166,7 +167,7 @@ def _score(args: argparse.Namespace) -> int:
         score, evidence = scorer.score(
             scenario, output, manifest_case[0] if manifest_case is not None else None
         )
-    except pytest.UsageError as exc:
+    except (pytest.UsageError, StoreError) as exc:
         print(f"backintel score: {exc}", file=sys.stderr)
         return 2
     finally:

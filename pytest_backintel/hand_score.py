@@ -87,9 +87,9 @@ class HandScorer:
         if isinstance(output, AnalystAnswer):
             spec = store_spec(scenario, self.default_store)
             store, _ = self.store(scenario)
-            files, _ = self.dataset(scenario)
+            files, data_hash = self.dataset(scenario)
             backend = backend_for(self.backends, scenario, self.default_store)
-            probes = self.probes.get(spec, backend, files, self._python)
+            probes = self.probes.get(spec, backend, files, self._python, data_hash)
             evidence = reexecute(output, scenario, store, self._python(store.mount_path), probes)
         return score_answer(
             scenario, output, evidence, self.reference(scenario, manifest)

@@ -22,6 +22,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -29,13 +30,20 @@ from filelock import FileLock
 
 from stores.base import DatasetFiles
 
-__all__ = ["MIN_ROWS", "PERTURB_VERSION", "perturb_dataset", "perturb_tables"]
+__all__ = [
+    "DONE_FILE",
+    "MIN_ROWS",
+    "PERTURB_VERSION",
+    "build_once",
+    "perturb_dataset",
+    "perturb_tables",
+]
 
 PERTURB_VERSION = 3
 """Bumped whenever the transformation changes, so old copies are never reused."""
 MIN_ROWS = 4
 DROP_ONE_IN = 4
-_DONE = "perturbed.json"
+DONE_FILE = "perturbed.json"
 
 
 def _canonical(table: str, columns: list[str]) -> dict[str, str]:
@@ -137,7 +145,7 @@ def _build(files: DatasetFiles, folder: Path, salt: int) -> None:
         kind, _, alias = key.partition(":")
         if kind == "parquet":
             _perturb_parquet(path, folder / f"parquet-{alias}", salt)
-    (folder / _DONE).write_text(json.dumps({"source": str(files.parquet_dir), "salt": salt}))
+    (folder / DONE_FILE).write_text(json.dumps({"source": str(files.parquet_dir), "salt": salt}))
 
 
 def _files(files: DatasetFiles, folder: Path) -> DatasetFiles:
@@ -152,22 +160,28 @@ def _files(files: DatasetFiles, folder: Path) -> DatasetFiles:
     return DatasetFiles(name=files.name, parquet_dir=folder / "parquet", extra=extra)
 
 
-def perturb_dataset(files: DatasetFiles, cache_dir: Path, salt: int = 1) -> DatasetFiles:
-    """The perturbed copy of `files` under `cache_dir`, built on first use (xdist-safe)."""
-    final = cache_dir / f"{files.name}-{_source_id(files, salt)}"
-    if (final / _DONE).is_file():
-        return _files(files, final)
+def build_once(cache_dir: Path, final: Path, build: Callable[[Path], None]) -> None:
+    """Build the folder `final` under `cache_dir` once (xdist-safe): `build` fills a temporary
+    folder, which must end up holding `DONE_FILE`, renamed into place under a file lock."""
+    if (final / DONE_FILE).is_file():
+        return
     cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
-        if not (final / _DONE).is_file():
+        if not (final / DONE_FILE).is_file():
             if final.exists():
                 shutil.rmtree(final)
             tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=cache_dir))
             tmp.chmod(0o755)
             try:
-                _build(files, tmp, salt)
+                build(tmp)
                 tmp.rename(final)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
+
+
+def perturb_dataset(files: DatasetFiles, cache_dir: Path, salt: int = 1) -> DatasetFiles:
+    """The perturbed copy of `files` under `cache_dir`, built on first use (xdist-safe)."""
+    final = cache_dir / f"{files.name}-{_source_id(files, salt)}"
+    build_once(cache_dir, final, lambda tmp: _build(files, tmp, salt))
     return _files(files, final)

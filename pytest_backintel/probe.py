@@ -9,7 +9,6 @@ the end of the session. The check query's values on the probe are computed once 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -91,11 +90,17 @@ class Probes:
         backend: Store,
         files: DatasetFiles,
         python: PythonFactory | None = None,
+        data_hash: str | None = None,
     ) -> list[DataProbe]:
+        """The probes of `files` on `backend`: a Parquet dataset, or a user's SQLite, DuckDB,
+        CSV or PostgreSQL source (`data_hash` names its perturbed copies)."""
+        from pytest_backintel.perturb_sources import source_form
+
+        form = source_form(files)
+        if form is None and not _is_postgres_clone(backend):
+            return []  # no data of a form the probe can copy: tables-read check only
         key = (spec, str(files.parquet_dir))
-        if not files.parquet_dir.is_dir() or not any(files.parquet_dir.glob("*.parquet")):
-            return []  # a source of the user's own that is not Parquet: tables-read check only
-        return self._probes.get(key, lambda: self._build(backend, files, python))
+        return self._probes.get(key, lambda: self._build(backend, files, python, form, data_hash))
 
     def warm(
         self,
@@ -103,6 +108,7 @@ class Probes:
         backend: Store,
         files: DatasetFiles,
         python: PythonFactory | None = None,
+        data_hash: str | None = None,
     ) -> None:
         """Start building the probes of `files` in the background (once per key), so a trial
         whose analyst takes seconds finds them ready when its evidence needs them. A failed
@@ -113,7 +119,7 @@ class Probes:
                 return
             thread = threading.Thread(
                 target=self._warm_one,
-                args=(spec, backend, files, python),
+                args=(spec, backend, files, python, data_hash),
                 name="backintel-probe-warm",
                 daemon=True,
             )
@@ -121,29 +127,66 @@ class Probes:
         thread.start()
 
     def _warm_one(
-        self, spec: str, backend: Store, files: DatasetFiles, python: PythonFactory | None
+        self,
+        spec: str,
+        backend: Store,
+        files: DatasetFiles,
+        python: PythonFactory | None,
+        data_hash: str | None,
     ) -> None:
         with contextlib.suppress(Exception):  # the trial's own `get` reports it
-            self.get(spec, backend, files, python)
+            self.get(spec, backend, files, python, data_hash)
 
     def _build(
-        self, backend: Store, files: DatasetFiles, python: PythonFactory | None
+        self,
+        backend: Store,
+        files: DatasetFiles,
+        python: PythonFactory | None,
+        form: str | None,
+        data_hash: str | None,
     ) -> list[DataProbe]:
-        import polars as pl  # only a run whose answers cite evidence builds probes
-
-        from pytest_backintel.perturb import perturb_dataset
-
         probes = []
         for salt in SALTS:
             try:
-                perturbed = perturb_dataset(files, self.cache_dir(), salt)
-            except (OSError, ValueError, sqlite3.Error, pl.exceptions.PolarsError) as exc:
+                store = self._provision(backend, files, form, salt, data_hash)
+            except StoreError:
+                raise
+            except Exception as exc:  # sqlite3, DuckDB, psycopg, polars, OS errors
                 why = f"could not build the data probe of {files.name!r}: {exc}"
                 raise StoreError(why) from exc
-            store = backend.provision(perturbed)
             runner = _once(partial(python, store.mount_path)) if python is not None else None
             probes.append(DataProbe(store, backend.dialect, runner))
         return probes
+
+    def _provision(
+        self,
+        backend: Store,
+        files: DatasetFiles,
+        form: str | None,
+        salt: int,
+        data_hash: str | None,
+    ) -> ProvisionedStore:
+        # imported here: only a run whose answers cite evidence builds probes (polars, Arrow)
+        from pytest_backintel.perturb import perturb_dataset
+        from pytest_backintel.perturb_sources import FILE_FORMS, perturb_postgres, perturb_source
+
+        if form == "parquet":
+            return backend.provision(perturb_dataset(files, self.cache_dir(), salt))
+        if form in FILE_FORMS:
+            if data_hash is None:
+                raise ValueError(f"the {form} source of {files.name!r} has no data hash")
+            copy = perturb_source(files, form, self.cache_dir(), salt, data_hash)
+            return backend.provision(copy)
+        from stores.postgres import ProvisionedPostgres
+
+        store = backend.provision(files)  # a PostgreSQL clone of its own, perturbed in place
+        try:
+            assert isinstance(store, ProvisionedPostgres)
+            perturb_postgres(store.admin_dsn, salt)
+        except Exception:
+            store.teardown()
+            raise
+        return store
 
     def teardown(self) -> None:
         with self._warming_lock:
@@ -153,6 +196,13 @@ class Probes:
         for group in self._probes.drain():
             for probe in group:
                 probe.close()
+
+
+def _is_postgres_clone(backend: Store) -> bool:
+    """A user's PostgreSQL source: its probe is a clone of its own, perturbed in place."""
+    from stores.postgres_clone import PostgresCloneStore
+
+    return isinstance(backend, PostgresCloneStore)
 
 
 def _once(make: Callable[[], Any]) -> Callable[[], Any]:

@@ -159,11 +159,11 @@ class BenchSession:
         """The data probes of the scenario's dataset on its backend (built once, shared by
         concurrent trials); `warm` only starts building them in the background."""
         python = evidence_runner(lambda: self.sandboxes) if with_python else None
-        spec, files = store_spec(scenario, self.options.store), self.dataset(scenario)[0]
+        spec, (files, data_hash) = store_spec(scenario, self.options.store), self.dataset(scenario)
         if warm:
-            self.probes.warm(spec, self.store_for(scenario), files, python)
+            self.probes.warm(spec, self.store_for(scenario), files, python, data_hash)
             return []
-        return self.probes.get(spec, self.store_for(scenario), files, python)
+        return self.probes.get(spec, self.store_for(scenario), files, python, data_hash)
 
     @property
     def data_dir(self) -> Path:

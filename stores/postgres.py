@@ -238,6 +238,11 @@ class ProvisionedPostgres(ProvisionedStore):
         self.store_id = store_id
         self.role = f"{store_id}_ro"
 
+    @property
+    def admin_dsn(self) -> str:
+        """The owner's DSN of this database (for the harness only, never the analyst)."""
+        return _with_db(self._store.dsn, self.store_id)
+
     def connect(self) -> PostgresSession:
         uri = _with_db(self._store.dsn, self.store_id, user=self.role)
         return PostgresSession(uri, self.display_id, self._store.statement_timeout_s)

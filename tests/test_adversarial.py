@@ -75,27 +75,27 @@ def test_a_refusal_repeating_the_question_fails_every_unanswerable_case() -> Non
         assert score_answer(scenario, echo, [], {}).outcome.value == "unhelpful_refusal"
 
 
-@pytest.mark.parametrize("store", ["sqlite", "duckdb", "postgres", "clickhouse"])
 def test_backintel_score_rejects_literal_evidence_and_accepts_the_reference(
-    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    scorer: HandScorer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    literal = {
-        "metrics": [{"name": "delivered_orders", "value": 3715, "unit": "orders"}],
-        "evidence": [
-            {
-                "id": "e1",
-                "kind": "sql",
-                "code": "SELECT 3715 AS delivered_orders",
-                "metrics": ["delivered_orders"],
-            }
-        ],
-    }
-    path = tmp_path / "answer.json"
-    path.write_text(json.dumps({"status": "answered", **literal}))
-    assert main(["score", "--case", "l1-delivered-orders", "--store", store, str(path)]) == 1
-    out = json.loads(capsys.readouterr().out)
-    assert out["outcome"] == "unsupported_evidence"
-    assert "reads no table" in out["reasons"][0]
+    """The command itself, on each backend, for the must-show cases: the reference answer
+    passes (exit 0) and the literal `SELECT` of the same values is `unsupported_evidence`."""
+    store = scorer.default_store
+    for case_id in MUST_SHOW:
+        case = CASES[case_id]
+        provisioned, dialect = scorer.store(case.scenario)
+        by_label = {m.label: m for m in mutants(scorer, case, provisioned, dialect)}
+        for label, code, outcome in (
+            ("reference answer", 0, "pass"),
+            ("literal evidence", 1, "unsupported_evidence"),
+        ):
+            path = tmp_path / f"{case_id}-{label.replace(' ', '-')}.json"
+            path.write_text(by_label[label].output.model_dump_json())
+            done = main(["score", "--case", case_id, "--store", store, str(path)])
+            out = json.loads(capsys.readouterr().out)
+            assert (done, out["outcome"]) == (code, outcome), (case_id, label, out["reasons"])
+            if outcome != "pass":
+                assert "reads no table" in out["reasons"][0]
 
 
 # -- the same through real items, and the smaller holes ------------------------------------

@@ -7,6 +7,8 @@ against a real SQLite store and `run_trial`, so what is checked is what a run re
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from pytest_backintel.contract import AnalystAnswer
 from pytest_backintel.testing.model_server import Failure, ModelServer, Step, unused_url
 from stores.base import ProvisionedStore
 
+ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "How many orders are there? Report metric `n_orders`."
 FAST = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.2)
 """Short waits, so the retry tests take a fraction of a second."""
@@ -199,3 +202,30 @@ def test_the_model_check_names_the_missing_key(monkeypatch: pytest.MonkeyPatch) 
     analyst = model_analyst(AnalystConfig(model="anthropic:claude-sonnet-4-5"))
     with pytest.raises(Exception, match="ANTHROPIC_API_KEY"):
         analyst.check()
+
+
+def test_the_built_in_analyst_puts_the_tasks_own_rules_in_front_of_the_model(
+    model_server: ModelServer, tmp_path: Path
+) -> None:
+    """A real item (`--model openai:… --model-base-url`): the harness builds the task, and the
+    request the server receives holds `task.rules` (the text a custom analyst gets) in the
+    user turn; the system prompt has no copy of the comparison rules that could drift."""
+    from pytest_backintel.loading import find_scenarios
+    from pytest_backintel.rules import answer_rules
+
+    path, scenario = find_scenarios()["l1-delivered-orders"]
+    model_server.script("`delivered_orders`", [Step.prose("no idea")] * 8)
+    command = [sys.executable, "-m", "pytest", str(path), "-p", "no:xdist", "-q"]
+    command += ["-k", "l1-delivered-orders", "--model", "openai:bench"]
+    command += ["--model-base-url", model_server.url, f"--results-dir={tmp_path}"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert model_server.requests, done.stdout[-2000:] + done.stderr[-2000:]
+    rules = answer_rules(scenario)
+    assert "full precision" in rules
+    assert "major currency units" in rules
+    for request in model_server.requests:
+        user = [m["content"] for m in request.messages if m.get("role") == "user"]
+        system = [m["content"] for m in request.messages if m.get("role") == "system"]
+        assert any(scenario.question in u and rules in u for u in user), user
+        assert system
+        assert not any(rules[:60] in s for s in system)

@@ -134,6 +134,8 @@ class Received:
     reply: str
     """`ok`, `status <n>`, `drop`, `hang`, `no script` or `exhausted`."""
     usage: tuple[int, int] | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The request's chat messages as sent (system, user, assistant and tool turns)."""
 
 
 @dataclass
@@ -243,6 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
                 attempt,
                 tools,
                 "",
+                messages=list(messages),
             )
             state.requests.append(seen)
         if script is None or index >= len(script.steps):

@@ -81,7 +81,10 @@ def _delivery_text(label: str, lo: str, hi: str, unreviewed: bool) -> str:
         "delivery timestamp. Report each metric exactly once, one row per metric: "
         "`delivered_orders` (the number of such orders); `mean_delivery_days` (mean exact "
         "elapsed time from purchase to customer delivery, in fractional days); `late_share` "
-        "(share delivered strictly after the estimated delivery date, a ratio between 0 and 1); "
+        "(share delivered strictly after the estimated delivery timestamp: the full customer "
+        "delivery timestamp compared with `order_estimated_delivery_date`, which is stored as "
+        "00:00:00 at the start of the estimated day, so a delivery at any time on the estimated "
+        "day itself counts as late; a ratio between 0 and 1); "
         "`average_review_score` (mean review score over all review rows of these orders, each "
         f"row counted once, in points){tail}."
     )
@@ -96,11 +99,11 @@ DELIVERY_METRICS = [
 
 
 def _scenario(
-    sid: str, title: str, level: int, family: str, question: str, **rest: Any
+    sid: str, title: str, level: int, family: str, question: str, version: int = 1, **rest: Any
 ) -> dict[str, Any]:
     return {
         "id": sid,
-        "version": 1,
+        "version": version,
         "title": title,
         "question": question,
         "dataset": dict(DATASET),
@@ -174,6 +177,7 @@ CASES: tuple[RegressionCase, ...] = (
             5,
             "delivery",
             _delivery_text("March 2018", "2018-03-01 00:00:00", "2018-04-01 00:00:00", True),
+            version=2,  # v2: says which lateness comparison it means
             answerable=True,
             metrics=[*DELIVERY_METRICS, _m("orders_without_review", "count", "orders")],
             check_sql=_delivery_sql("2018-03-01 00:00:00", "2018-04-01 00:00:00", True),
@@ -203,6 +207,7 @@ CASES: tuple[RegressionCase, ...] = (
             5,
             "delivery",
             _delivery_text("2017", "2017-01-01 00:00:00", "2018-01-01 00:00:00", False),
+            version=2,  # v2: says which lateness comparison it means
             answerable=True,
             metrics=DELIVERY_METRICS,
             check_sql=_delivery_sql("2017-01-01 00:00:00", "2018-01-01 00:00:00", False),
