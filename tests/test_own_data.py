@@ -415,6 +415,53 @@ def test_score_one_answer_for_a_scenario_file_of_your_own(tmp_path: Path) -> Non
     assert json.loads(wrong.stdout)["outcome"] in {"wrong_value", "unsupported_evidence"}
 
 
+PY_REVENUE = """
+import json, backintel_store as bs
+
+rows = bs.connect().execute(
+    "SELECT ROUND(SUM(amount_eur), 2) FROM orders{where}"
+).fetchone()
+print(json.dumps({{"delivered_revenue": rows[0]}}))
+"""
+
+
+def test_score_a_python_answer_in_the_sandbox_for_a_scenario_of_your_own(tmp_path: Path) -> None:
+    """Python evidence is re-run in the real sandbox on the scenario's own bound SQLite file:
+    the right program and value pass; a program summing every order (and its value) fails."""
+    folder = project(tmp_path)
+    assert backintel(folder, "references", "build").returncode == 0
+
+    def answer(name: str, value: float, where: str) -> str:
+        code = PY_REVENUE.format(where=where)
+        evidence = {"id": "p1", "kind": "python", "code": code, "metrics": ["delivered_revenue"]}
+        body = {
+            "status": "answered",
+            "metrics": [{"name": "delivered_revenue", "value": value, "unit": "EUR"}],
+            "evidence": [evidence],
+            "method": "summed in Python",
+            "caveats": [],
+        }
+        (folder / name).write_text(json.dumps(body))
+        return name
+
+    scenario = "scenarios/delivered-revenue.scenario.yaml"
+    delivered = " WHERE status = 'delivered'"
+    right = backintel(folder, "score", "--scenario", scenario, answer("ok.json", 126.0, delivered))
+    assert right.returncode == 0, right.stdout + right.stderr
+    shown = json.loads(right.stdout)
+    assert shown["outcome"] == "pass"
+    assert shown["evidence"][0]["kind"] == "python"
+    assert shown["evidence"][0]["values"] == {"delivered_revenue": 126.0}
+    wrong = backintel(folder, "score", "--scenario", scenario, answer("all.json", 168.0, ""))
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert json.loads(wrong.stdout)["outcome"] == "wrong_value"
+    unsupported = backintel(
+        folder, "score", "--scenario", scenario, answer("claim.json", 126.0, "")
+    )
+    assert unsupported.returncode == 1
+    assert json.loads(unsupported.stdout)["outcome"] == "unsupported_evidence"
+
+
 def test_the_shipped_benchmark_runs_from_another_repository(tmp_path: Path) -> None:
     """`--pyargs scenarios` collects the installed suites, manifests included, and runs them
     with data and records under this folder."""
