@@ -10,7 +10,8 @@ split: development
 A suite file may give `dataset`, `split`, `level` and `family` (`SHARED`). A scenario takes
 each field it does not give itself from the nearest suite file above it (its own folder
 first, then each parent up to the project root: the first folder holding `pyproject.toml` or
-`.git`); a field the scenario gives wins whole (its own `dataset` replaces the suite's).
+`.git`; an installed package's scenarios look no higher than their package); a field the
+scenario gives wins whole (its own `dataset` replaces the suite's).
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ def suites_above(scenario_file: Path) -> Iterator[Suite]:
         if folder.parent == folder or any((folder / m).exists() for m in _ROOT_MARKERS):
             return
         folder = folder.parent
+        if folder.name == "site-packages":  # installed suites take nothing from above
+            return
 
 
 def inherited(scenario_file: Path, data: dict[str, Any]) -> dict[str, Suite]:
