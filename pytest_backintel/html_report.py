@@ -24,6 +24,7 @@ from pytest_backintel.analysts import analyst_label
 from pytest_backintel.budget import price_warnings
 from pytest_backintel.options import BenchOptions
 from pytest_backintel.outcomes import BLOCKED
+from pytest_backintel.records import no_usage_warning
 
 __all__ = [
     "COLUMNS",
@@ -98,12 +99,8 @@ def summary_lines(
     if stop_message:
         lines.append(f"backintel: STOPPED: {stop_message}")
     unmetered = sum(1 for r in records if (r.get("usage") or {}).get("tokens_reported") is False)
-    if unmetered:
-        lines.append(
-            f"backintel: WARNING: the provider reported no token usage for {unmetered} "
-            "trial(s): their tokens and cost are unknown (null), token and cost budgets "
-            "cannot count them"
-        )
+    if warning := no_usage_warning(unmetered):
+        lines.append(f"backintel: WARNING: {warning}")
     return [*lines, f"backintel: records in {run_dir}"]
 
 

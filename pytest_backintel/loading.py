@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pytest_backintel.scenario import Scenario
+from pytest_backintel.suites import SHARED, SUITE_FILE, SuiteFileError, inherited
 
 __all__ = [
     "SCHEMA_PATH",
@@ -25,22 +27,29 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "scenarios" / "scenario.s
 """The committed JSON Schema; scenario files point editors at it with a `$schema` modeline."""
 
 
+Problem = tuple[int, str, str] | tuple[int, str, str, Path]
+"""`(line, field, what is wrong)`, with the file when it is not the scenario's own (a suite
+file the field was inherited from)."""
+
+
 class ScenarioFileError(Exception):
     """A scenario file is invalid; `str()` is `file:line: field: what is wrong`."""
 
-    def __init__(self, path: Path, problems: list[tuple[int, str, str]]) -> None:
+    def __init__(self, path: Path, problems: Sequence[Problem]) -> None:
         self.path = path
-        self.problems = problems
-        lines = [
-            f"{path}:{line}: {field}: {msg}" if field else f"{path}:{line}: {msg}"
-            for line, field, msg in problems
-        ]
+        self.problems = list(problems)
+        lines = []
+        for problem in problems:
+            line, field, msg = problem[:3]
+            where = problem[3] if len(problem) > 3 else path
+            lines.append(f"{where}:{line}: {field}: {msg}" if field else f"{where}:{line}: {msg}")
         super().__init__("\n".join(lines))
 
 
 def scenario_json_schema() -> dict[str, Any]:
     """The JSON Schema of a scenario file, generated from the pydantic model."""
     schema = Scenario.model_json_schema()
+    schema["required"] = [f for f in schema["required"] if f not in SHARED]  # or a suite gives
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://backintel.dev/schema/scenario.schema.json"
     return schema
@@ -99,6 +108,8 @@ def _describe(err: Any) -> tuple[str, str]:
         msg = "unknown field" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
     elif err["type"] == "missing":
         msg = "required field is missing"
+        if len(loc) == 1 and loc[0] in SHARED:
+            msg += f" (give it here or in a {SUITE_FILE} in this folder or above)"
     elif "input" in err and err["type"] != "value_error":
         msg = f"{msg} (got {err['input']!r})"
     return field, msg
@@ -115,24 +126,56 @@ def load_scenario_file(path: Path) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioFileError(path, [(1, "", "a scenario file holds one YAML mapping")])
     try:
-        return Scenario.model_validate(data, context={"base_dir": path.resolve().parent})
+        suites = inherited(path, data)
+    except SuiteFileError as exc:
+        raise ScenarioFileError(exc.path, exc.problems) from exc
+    context: dict[str, Any] = {"base_dir": path.resolve().parent}
+    if "dataset" in suites:  # its paths are relative to the suite file
+        context["source_dir"] = suites["dataset"].path.parent
+    try:
+        return Scenario.model_validate(
+            {**{k: s.defaults[k] for k, s in suites.items()}, **data}, context=context
+        )
     except ValidationError as exc:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)  # line numbers, only when reporting
-        problems = []
+        problems: list[Problem] = []
         for err in exc.errors():
-            node = _node_at(root, tuple(err["loc"])) if root is not None else None
-            if node is None:
-                problems.append((1, *_describe(err)))
-                continue
+            loc = tuple(err["loc"])
+            suite = suites.get(str(loc[0])) if loc else None
+            source = suite.path if suite is not None else path
+            root = _compose(source)  # line numbers, only when reporting
+            node = _node_at(root, loc) if root is not None else None
+            line = 1 if node is None else node.start_mark.line + 1
             field, msg = _describe(err)
-            problems.append((node.start_mark.line + 1, field, msg))
-        raise ScenarioFileError(path, sorted(problems)) from exc
+            problems.append((line, field, msg) if suite is None else (line, field, msg, source))
+        raise ScenarioFileError(path, sorted(problems, key=lambda p: (len(p) > 3, p[:3]))) from exc
+
+
+def _compose(path: Path) -> yaml.Node | None:
+    return yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
 
 
 def line_of(path: Path, loc: tuple[int | str, ...]) -> int:
     """The 1-based line of the YAML node at `loc` in a scenario file (1 when not found)."""
-    root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    root = _compose(path)
     return 1 if root is None else _node_at(root, loc).start_mark.line + 1
+
+
+def locate(path: Path, loc: tuple[int | str, ...]) -> tuple[Path, int]:
+    """The file and line that give `loc` for the scenario in `path`: the scenario file, or the
+    suite file the field is inherited from."""
+    root = _compose(path)
+    given = isinstance(root, yaml.MappingNode) and any(k.value == loc[0] for k, _ in root.value)
+    if not given and isinstance(root, yaml.MappingNode):
+        suite = inherited(path, {str(k.value): None for k, _ in root.value}).get(str(loc[0]))
+        if suite is not None:
+            return suite.path, line_of(suite.path, loc)
+    return path, 1 if root is None else _node_at(root, loc).start_mark.line + 1
+
+
+def where(path: Path, loc: tuple[int | str, ...]) -> str:
+    """`file:line` of `loc` for the scenario in `path` (see `locate`)."""
+    file, line = locate(path, loc)
+    return f"{file}:{line}"
 
 
 def check_world(path: Path, scenario: Scenario) -> None:
@@ -147,8 +190,8 @@ def check_world(path: Path, scenario: Scenario) -> None:
     try:
         get_world_entry(scenario.dataset.world)
     except UnknownWorldError as exc:
-        line = line_of(path, ("dataset", "world"))
-        raise ScenarioFileError(path, [(line, "dataset.world", str(exc))]) from exc
+        file, line = locate(path, ("dataset", "world"))
+        raise ScenarioFileError(path, [(line, "dataset.world", str(exc), file)]) from exc
 
 
 DEFINITIONS_DIR = SCHEMA_PATH.parent / "definitions"

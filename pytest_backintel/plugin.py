@@ -13,6 +13,7 @@ from pytest_backintel.collect import ScenarioFile, ScenarioItem, is_scenario_fil
 from pytest_backintel.html_report import HtmlReport, header_lines, summary_lines
 from pytest_backintel.install import shadowed_packages
 from pytest_backintel.item_python import ItemPython
+from pytest_backintel.live import LIVE
 from pytest_backintel.manifests import ManifestFile, is_manifest
 from pytest_backintel.options import add_options
 from pytest_backintel.progress import Progress
@@ -55,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     bench = config.stash[SESSION_KEY] = BenchSession(config)
-    config.pluginmanager.register(Progress(config), "backintel-progress")
+    config.pluginmanager.register(Progress(config, LIVE), "backintel-progress")
     if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):
         report = HtmlReport(bench.run_dir / "traces.jsonl", config.getoption("htmlpath"))
         config.pluginmanager.register(report, "backintel-html")

@@ -44,6 +44,23 @@ PACKAGES = (
 )
 
 
+NO_USAGE_TRIAL = (
+    "the provider reported no token usage: this trial's tokens and cost are unknown (null), "
+    "token and cost budgets cannot count it"
+)
+"""The warning a trial's record carries when its provider sent no token counts."""
+
+
+def no_usage_warning(trials: int) -> str | None:
+    """The run-level warning for `trials` trials without token counts (None for none)."""
+    if not trials:
+        return None
+    return (
+        f"the provider reported no token usage for {trials} trial(s): their tokens and cost "
+        "are unknown (null), token and cost budgets cannot count them"
+    )
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 

@@ -23,7 +23,14 @@ from pytest_backintel.analyst_api import AnalystLimits
 from pytest_backintel.analysts import analyst_label, spec_kind
 from pytest_backintel.method_hash import analyst_method_hash
 from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions
-from pytest_backintel.records import git_state, now_iso, package_versions, read_json, read_records
+from pytest_backintel.records import (
+    git_state,
+    no_usage_warning,
+    now_iso,
+    package_versions,
+    read_json,
+    read_records,
+)
 
 __all__ = [
     "candidate",
@@ -97,6 +104,7 @@ def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
         "trials_recorded": len(records),
         "usage_unreported_trials": unmetered,
+        "warnings": [w] if (w := no_usage_warning(unmetered)) else [],
     }
 
 

@@ -140,10 +140,13 @@ class DatasetBinding(_Strict):
     """An existing PostgreSQL database: a `postgresql://` DSN, or the name of an environment
     variable holding one. Each item gets a clone (`CREATE DATABASE ... TEMPLATE`)."""
     _base_dir: Path | None = PrivateAttr(default=None)
+    _source_dir: Path | None = PrivateAttr(default=None)
 
     def model_post_init(self, context: Any, /) -> None:
         if isinstance(context, dict) and isinstance(context.get("base_dir"), Path):
             self._base_dir = context["base_dir"]
+        if isinstance(context, dict) and isinstance(context.get("source_dir"), Path):
+            self._source_dir = context["source_dir"]  # a binding inherited from a suite file
 
     @model_validator(mode="after")
     def _one_source(self) -> DatasetBinding:
@@ -181,9 +184,9 @@ class DatasetBinding(_Strict):
         return Path(raw).stem if self.source_kind in ("sqlite", "duckdb") else Path(raw).name
 
     def source_path(self) -> Path:
-        """The bound file or folder, resolved against the scenario file's folder."""
+        """The bound file or folder, resolved against the folder of the file naming it."""
         raw = Path(self.source or "").expanduser()
-        base = self._base_dir or Path.cwd()
+        base = self._source_dir or self._base_dir or Path.cwd()
         return raw if raw.is_absolute() else (base / raw).resolve()
 
 

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Span, Status, StatusCode
 
+from pytest_backintel.live import LIVE
 from pytest_backintel.records import read_records
 
 if TYPE_CHECKING:
@@ -185,6 +186,7 @@ class Tracing:
             self._provider = TracerProvider()
             self._own_provider = True
         self._provider.add_span_processor(self._processor)
+        LIVE.attach(self._provider)  # the progress line sees each trial's requests as they end
         self._previous = Agent._instrument_default
         Agent.instrument_all(
             InstrumentationSettings(

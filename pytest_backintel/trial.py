@@ -28,6 +28,7 @@ from pytest_backintel.dialects import SOURCE_DIALECT, translate
 from pytest_backintel.evidence import EvidenceResult, jsonable, reexecute
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.probe import DataProbe
+from pytest_backintel.records import NO_USAGE_TRIAL
 from pytest_backintel.refusals import countable_synonyms
 from pytest_backintel.rules import answer_rules
 from pytest_backintel.scenario import Scenario
@@ -79,6 +80,7 @@ class TrialResult:
             "answer": run.output.model_dump(mode="json") if run and run.output else None,
             "evidence": [e.to_json() for e in self.evidence],
             "usage": run.usage.to_json() if run else None,
+            "warnings": [NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else [],
             "tool_calls": run.tool_calls if run else [],
             "provider_retries": run.provider_retries if run else [],
             "messages": run.messages if run else [],

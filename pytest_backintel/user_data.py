@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.loading import ScenarioFileError, line_of
+from pytest_backintel.loading import ScenarioFileError, locate
 from pytest_backintel.scenario import DatasetBinding, Scenario
 from pytest_backintel.worlds import World, get_world
 from stores.base import DatasetFiles, Store, StoreError
@@ -116,8 +116,8 @@ def check_source(path: Path, scenario: Scenario) -> None:
     if binding.store is not None and problem is None:
         problem = binding_problem(binding, binding.store)
     if problem is not None:
-        line = line_of(path, ("dataset", kind))
-        raise ScenarioFileError(path, [(line, f"dataset.{kind}", problem)])
+        file, line = locate(path, ("dataset", kind))
+        raise ScenarioFileError(path, [(line, f"dataset.{kind}", problem, file)])
 
 
 class UserSource:

@@ -20,7 +20,13 @@ import sqlglot
 from sqlglot.errors import ParseError
 
 from pytest_backintel.dialects import translate
-from pytest_backintel.loading import ScenarioFileError, check_world, line_of, load_scenario_file
+from pytest_backintel.loading import (
+    ScenarioFileError,
+    check_world,
+    line_of,
+    load_scenario_file,
+    where,
+)
 from pytest_backintel.lockfile import LockError, reference_for
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.user_data import DEFAULT_STORE, NATIVE, UserSource, closest, user_source
@@ -97,10 +103,9 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
     found: list[str] = []
     store = scenario.dataset.store
     if store is not None and store.split(":", 1)[0] not in available_stores():
-        line = line_of(path, ("dataset", "store"))
         name = store.split(":", 1)[0]
         found.append(
-            f"{path}:{line}: dataset.store: unknown store backend {name!r}."
+            f"{where(path, ('dataset', 'store'))}: dataset.store: unknown store backend {name!r}."
             f"{closest(name, available_stores())} Available: {', '.join(available_stores())}"
         )
     broken: set[tuple[str, ...]] = set()
@@ -118,7 +123,7 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
     source = user_source(scenario.dataset)
     if source is None and not copies.worlds:
         return found
-    where = ("dataset", source.kind if source else "world")
+    binding = ("dataset", source.kind if source else "world")
     try:
         if source is None:
             backend, item = copies.world(scenario)
@@ -127,8 +132,8 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
             backend, item, data_hash = copies.get(source)
             what = f"{source.kind} source"
     except Exception as exc:
-        line = line_of(path, where)
-        return [*found, f"{path}:{line}: {'.'.join(where)}: cannot provision the data: {exc}"]
+        at = where(path, binding)
+        return [*found, f"{at}: {'.'.join(binding)}: cannot provision the data: {exc}"]
     for loc, sql in _queries(scenario):
         if loc in broken:
             continue
@@ -180,4 +185,4 @@ def validate_paths(paths: list[Path], *, world_queries: bool = False) -> list[st
                 problems.extend(str(exc).splitlines())
                 continue
             problems.extend(_problems(path, scenario, copies))
-    return problems
+    return list(dict.fromkeys(problems))  # a suite file's problem once, not once per scenario

@@ -16,8 +16,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from pytest_backintel.records import no_usage_warning
+
 __all__ = [
     "CALIBRATION_BANNER",
+    "NO_USAGE_BANNER",
     "REPLAY_BANNER",
     "Run",
     "RunFolderError",
@@ -27,6 +30,7 @@ __all__ = [
 
 CALIBRATION_BANNER = "CALIBRATION RUN — measures the harness, not a model"
 REPLAY_BANNER = "REPLAY RUN — re-scores recorded answers, no model was called"
+NO_USAGE_BANNER = "TOKEN USAGE UNKNOWN"
 
 
 class RunFolderError(Exception):
@@ -90,6 +94,14 @@ class Run:
         return any((r.get("analyst") or {}).get("kind") == "replay" for r in self.records)
 
     @property
+    def usage_unreported(self) -> int:
+        """Trials whose provider reported no token usage (from the records, else run.json)."""
+        if self.records:
+            usages = [r.get("usage") or {} for r in self.records]
+            return sum(1 for u in usages if u.get("tokens_reported") is False)
+        return int(self.header.get("usage_unreported_trials") or 0)
+
+    @property
     def banners(self) -> list[str]:
         """Labels every page and sheet of this run's reports must carry."""
         out = []
@@ -97,6 +109,8 @@ class Run:
             out.append(CALIBRATION_BANNER)
         if self.is_replay:
             out.append(REPLAY_BANNER)
+        if warning := no_usage_warning(self.usage_unreported):
+            out.append(f"{NO_USAGE_BANNER} — {warning}")
         return out
 
     @property

@@ -70,13 +70,15 @@ def _usage_rows(summary: RunSummary) -> list[tuple[str, str]]:
     lat, use = summary.latency, summary.usage
     rng = "n/a" if lat.min_s is None else f"{lat.min_s:.3f} – {lat.max_s:.3f} s"
     cost = "unknown" if use.cost_usd is None else f"${use.cost_usd:.4f}"
+    unknown = f" + unknown ({use.unreported_trials} trial(s) reported no usage)"
+    more = unknown if use.unreported_trials else ""
     return [
         ("latency median", _seconds(lat.median_s)),
         ("latency range", rng),
         ("trials timed", str(lat.count)),
         ("model requests", str(use.requests)),
-        ("input tokens", str(use.input_tokens)),
-        ("output tokens", str(use.output_tokens)),
+        ("input tokens", f"{use.input_tokens}{more}"),
+        ("output tokens", f"{use.output_tokens}{more}"),
         ("tool calls", str(use.tool_calls)),
         (f"cost (USD, prices as of {use.prices_as_of})", cost),
     ]

@@ -163,8 +163,10 @@ class UsageTotals:
     output_tokens: int
     tool_calls: int
     cost_usd: float | None
-    """None when any trial's model price is unknown (reported as "unknown", never 0)."""
+    """None when any trial's model price or token count is unknown ("unknown", never 0)."""
     prices_as_of: str
+    unreported_trials: int = 0
+    """Trials whose provider reported no token usage: their tokens are not in the sums."""
 
 
 def usage_totals(
@@ -174,6 +176,9 @@ def usage_totals(
     cost: float | None = 0.0
     for record in records:
         usage = record.get("usage") or {}
+        if usage.get("tokens_reported") is False:
+            sums["unreported"] += 1
+            cost = None
         for key in ("requests", "input_tokens", "output_tokens", "tool_calls"):
             sums[key] += int(usage.get(key) or 0)
         trial_cost = prices.cost_usd(
@@ -191,6 +196,7 @@ def usage_totals(
         sums["tool_calls"],
         cost,
         prices.as_of,
+        sums["unreported"],
     )
 
 

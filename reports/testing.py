@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pytest_backintel.records import NO_USAGE_TRIAL
+
 __all__ = ["DATA_HASH", "header", "record", "write_run"]
 
 DATA_HASH = "d" * 64
@@ -58,11 +60,12 @@ def record(
     name: str = "reference",
     model: str | None = None,
     latency_s: float = 1.0,
-    tokens: tuple[int, int] = (0, 0),
+    tokens: tuple[int, int] | None = (0, 0),
     data_hash: str = DATA_HASH,
     sha: str | None = None,
 ) -> dict[str, Any]:
-    """One trial record with the fields `write_record` and `TrialResult.to_record` write."""
+    """One trial record with the fields `write_record` and `TrialResult.to_record` write
+    (`tokens=None`: the provider reported no usage)."""
     reasons = (
         []
         if outcome == "pass"
@@ -112,10 +115,12 @@ def record(
         if blocked
         else {
             "requests": 2 if tokens != (0, 0) else 0,
-            "input_tokens": tokens[0],
-            "output_tokens": tokens[1],
+            "input_tokens": tokens[0] if tokens else None,
+            "output_tokens": tokens[1] if tokens else None,
             "tool_calls": 3,
+            "tokens_reported": tokens is not None,
         },
+        "warnings": [] if blocked or tokens is not None else [NO_USAGE_TRIAL],
         "tool_calls": [],
         "messages": [],
         "analyst_error": None,

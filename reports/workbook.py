@@ -120,11 +120,11 @@ def build_workbook(summary: RunSummary) -> Workbook:
     prices = load_prices()
     for r in run.records:
         usage = r.get("usage") or {}
-        tokens_in, tokens_out = (
-            int(usage.get("input_tokens") or 0),
-            int(usage.get("output_tokens") or 0),
-        )
-        cost = prices.cost_usd(r.get("model") or run.model, tokens_in, tokens_out)
+        tokens_in: int | None = int(usage.get("input_tokens") or 0)
+        tokens_out: int | None = int(usage.get("output_tokens") or 0)
+        cost = prices.cost_usd(r.get("model") or run.model, tokens_in or 0, tokens_out or 0)
+        if usage.get("tokens_reported") is False:  # the provider sent no counts: unknown, not 0
+            tokens_in = tokens_out = cost = None
         reasons = "; ".join(str(x.get("message", "")) for x in r.get("reasons") or [])
         _append(
             trials,

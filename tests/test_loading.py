@@ -89,3 +89,31 @@ def test_rule_violations_are_reported(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD.replace("answerable: true", "answerable: false"))
     with pytest.raises(ScenarioFileError, match="unanswerable scenario needs `refusal`"):
         load_scenario_file(path)
+
+
+def test_the_nearest_suite_file_gives_what_a_scenario_leaves_out(tmp_path: Path) -> None:
+    (tmp_path / "backintel-suite.yaml").write_text("family: from_outside\n")
+    tmp_path = tmp_path / "project"
+    tmp_path.mkdir()
+    (tmp_path / "pyproject.toml").write_text("")  # the search stops at the project root
+    (tmp_path / "backintel-suite.yaml").write_text(
+        "dataset: {world: olist}\nsplit: regression\nlevel: 2\nfamily: outer\n"
+    )
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "backintel-suite.yaml").write_text("level: 3\n")
+    bare = GOOD.replace("dataset: {world: olist}\n", "").replace("split: development\n", "")
+    inherits = tmp_path / "sub" / "a.scenario.yaml"
+    inherits.write_text(bare.replace("level: 1\n", "").replace("family: counts\n", ""))
+    scenario = load_scenario_file(inherits)
+    assert (scenario.dataset.world, scenario.split.value) == ("olist", "regression")
+    assert (scenario.level, scenario.family) == (3, "outer"), "the nearest suite file first"
+    own = tmp_path / "sub" / "b.scenario.yaml"
+    own.write_text(bare.replace("id: delivered", "id: own"))
+    assert (load_scenario_file(own).level, load_scenario_file(own).family) == (1, "counts")
+    (tmp_path / "backintel-suite.yaml").unlink()
+    with pytest.raises(ScenarioFileError) as missing:
+        load_scenario_file(inherits)
+    assert f"{inherits}:2: dataset: required field is missing (give it here or in a " in str(
+        missing.value
+    )
+    assert "from_outside" not in str(missing.value)

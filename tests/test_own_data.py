@@ -7,6 +7,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -349,6 +350,88 @@ def test_validate_reports_duplicate_unknown_world_and_bad_sql_with_lines(
     assert f"{count}:12: reference: scenario 'canceled-share': its reference" in err
 
 
+# -- suite files -----------------------------------------------------------------------------
+
+
+def test_a_suite_file_binds_its_folder_and_below_and_a_scenario_of_its_own_wins(
+    tmp_path: Path,
+) -> None:
+    """The tutorial's suite file binds `suites/` (paths relative to it); a scenario below that
+    binds a file of its own keeps it; both run and pass on their own data."""
+    folder = project(tmp_path)
+    shutil.copy(folder / "shop.sqlite", folder / "suites" / "customers" / "other.sqlite")
+    con = sqlite3.connect(folder / "suites" / "customers" / "other.sqlite")
+    con.execute("INSERT INTO customers VALUES (4, 'Di', 'DE')")
+    con.commit()
+    con.close()
+    inherits = folder / "suites" / "customers" / "german-customers.scenario.yaml"
+    own = inherits.with_name("german-customers-other.scenario.yaml")
+    own.write_text(
+        inherits.read_text()
+        .replace("id: german-customers", "id: german-customers-other")
+        .replace("family: customers", "family: customers\ndataset: {sqlite: other.sqlite}")
+    )
+    scenario, other = load_scenario_file(inherits), load_scenario_file(own)
+    assert scenario.dataset.source_path() == folder / "shop.sqlite"  # from suites/, not below
+    assert other.dataset.source_path() == own.parent / "other.sqlite"
+    assert (scenario.split.value, scenario.level, other.level) == ("development", 1, 1)
+    assert backintel(folder, "references", "build").returncode == 0
+    lock = json.loads((own.parent / "backintel.lock.json").read_text())["scenarios"]
+    assert lock["german-customers"]["values"] == {"german_customers": 2}
+    assert lock["german-customers-other"]["values"] == {"german_customers": 3}
+    assert backintel(folder, "validate", "suites").returncode == 0
+    result = subprocess.run(
+        [str(BIN / "pytest"), "suites", "-p", "no:xdist", "--run-id", "suite"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert outcomes(folder, "suite") == {
+        "german-customers": "pass",
+        "german-customers-other": "pass",
+    }
+
+
+@pytest.mark.parametrize(
+    ("suite", "line", "message"),
+    [
+        ("dataset: {sqlite: ../shop.sqlite}\nsplit: development\nstore: duckdb\n", 3, "store: "
+         "unknown field; a suite file gives dataset, split, level, family"),
+        ("level: 1\nsplit: development\ndataset: {sqlite: shop.sqlite}\n", 3, "dataset.sqlite: "
+         "no sqlite file at "),
+        ("split: development\nlevel: 9\ndataset: {sqlite: ../shop.sqlite}\n", 2, "level: Input "
+         "should be less than or equal to 7"),
+        ("dataset: [sqlite\n", 2, "invalid YAML"),
+    ],
+    ids=["unknown-field", "missing-source", "bad-level", "bad-yaml"],
+)  # fmt: skip
+def test_validate_and_collection_name_a_bad_suite_file_at_its_own_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], suite: str, line: int, message: str
+) -> None:
+    folder = project(tmp_path)
+    suite_file = folder / "suites" / "backintel-suite.yaml"
+    suite_file.write_text(suite)
+    extra = folder / "suites" / "customers" / "more.scenario.yaml"
+    extra.write_text(
+        (extra.parent / "german-customers.scenario.yaml").read_text().replace("id: ", "id: more-")
+    )
+    assert main(["validate", str(folder / "suites")]) == 1
+    err = capsys.readouterr().err
+    assert f"{suite_file}:{line}: {message}" in err, err
+    assert err.count(f"{suite_file}:{line}: ") == 1, "once, not once per scenario below"
+    collected = subprocess.run(
+        [str(BIN / "pytest"), "suites", "-p", "no:xdist", "--collect-only"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert collected.returncode == pytest.ExitCode.INTERRUPTED
+    assert f"{suite_file}:{line}: " in collected.stdout, collected.stdout
+
+
 def test_a_misspelt_store_is_one_usage_error(tmp_path: Path) -> None:
     folder = project(tmp_path)
     result = pytest_run(folder, "--store", "sqllite")
@@ -413,6 +496,53 @@ def test_score_one_answer_for_a_scenario_file_of_your_own(tmp_path: Path) -> Non
     wrong = backintel(folder, "score", "--scenario", scenario, answer(126.01))
     assert wrong.returncode == 1
     assert json.loads(wrong.stdout)["outcome"] in {"wrong_value", "unsupported_evidence"}
+
+
+PY_REVENUE = """
+import json, backintel_store as bs
+
+rows = bs.connect().execute(
+    "SELECT ROUND(SUM(amount_eur), 2) FROM orders{where}"
+).fetchone()
+print(json.dumps({{"delivered_revenue": rows[0]}}))
+"""
+
+
+def test_score_a_python_answer_in_the_sandbox_for_a_scenario_of_your_own(tmp_path: Path) -> None:
+    """Python evidence is re-run in the real sandbox on the scenario's own bound SQLite file:
+    the right program and value pass; a program summing every order (and its value) fails."""
+    folder = project(tmp_path)
+    assert backintel(folder, "references", "build").returncode == 0
+
+    def answer(name: str, value: float, where: str) -> str:
+        code = PY_REVENUE.format(where=where)
+        evidence = {"id": "p1", "kind": "python", "code": code, "metrics": ["delivered_revenue"]}
+        body = {
+            "status": "answered",
+            "metrics": [{"name": "delivered_revenue", "value": value, "unit": "EUR"}],
+            "evidence": [evidence],
+            "method": "summed in Python",
+            "caveats": [],
+        }
+        (folder / name).write_text(json.dumps(body))
+        return name
+
+    scenario = "scenarios/delivered-revenue.scenario.yaml"
+    delivered = " WHERE status = 'delivered'"
+    right = backintel(folder, "score", "--scenario", scenario, answer("ok.json", 126.0, delivered))
+    assert right.returncode == 0, right.stdout + right.stderr
+    shown = json.loads(right.stdout)
+    assert shown["outcome"] == "pass"
+    assert shown["evidence"][0]["kind"] == "python"
+    assert shown["evidence"][0]["values"] == {"delivered_revenue": 126.0}
+    wrong = backintel(folder, "score", "--scenario", scenario, answer("all.json", 168.0, ""))
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert json.loads(wrong.stdout)["outcome"] == "wrong_value"
+    unsupported = backintel(
+        folder, "score", "--scenario", scenario, answer("claim.json", 126.0, "")
+    )
+    assert unsupported.returncode == 1
+    assert json.loads(unsupported.stdout)["outcome"] == "unsupported_evidence"
 
 
 def test_the_shipped_benchmark_runs_from_another_repository(tmp_path: Path) -> None:

@@ -66,6 +66,9 @@ EXPECTED_CODES = [
     ("uv run pytest scenarios --analyst my_agent:keyword_analyst --run-id mine", 1),
     ("uv run backintel report results/mine", 0),
     ("uv run backintel compare results/reference results/mine", 1),
+    ("uv run backintel references build", 0),
+    ("uv run backintel validate suites", 0),
+    ("uv run pytest suites --run-id suite", 0),
     ("uv run backintel schema --out scenario.schema.json", 0),
 ]
 
@@ -132,9 +135,16 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
         "customer-age": "unhelpful_refusal",
     }
     assert (project / "results" / "mine" / "scorecard.md").exists()
+    assert outcomes(project, "suite") == {"german-customers": "pass"}  # bound by the suite file
+    suite_lock = project / "suites" / "customers" / "backintel.lock.json"
+    assert json.loads(suite_lock.read_text())["scenarios"]["german-customers"]["values"] == {
+        "german_customers": 2
+    }
     schema = json.loads((project / "scenario.schema.json").read_text())
     for path in sorted((project / "scenarios").glob("*.scenario.yaml")):
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)  # what an editor checks
+    suite_scenario = project / "suites" / "customers" / "german-customers.scenario.yaml"
+    jsonschema.validate(yaml.safe_load(suite_scenario.read_text()), schema)  # no `dataset` here
     with pytest.raises(jsonschema.ValidationError, match="famly"):
         jsonschema.validate({**yaml.safe_load(path.read_text()), "famly": "x"}, schema)
     assert (project / "data" / "stores").is_dir()  # built stores live in the project

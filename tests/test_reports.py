@@ -205,6 +205,31 @@ def test_every_outcome_scorecard_markdown(
     assert build_report(every_outcome_run).markdown.read_text() == snapshot
 
 
+def test_no_usage_scorecard_says_tokens_and_cost_are_unknown(
+    tmp_path: Path, snapshot: SnapshotAssertion
+) -> None:
+    model = "openai:gpt-5.1"
+    records = [
+        record("counted", kind="model", name="m", model=model, tokens=(1000, 100), run_id="nu"),
+        record("silent", kind="model", name="m", model=model, tokens=None, run_id="nu"),
+    ]
+    run = write_run(tmp_path / "nu", header("nu", calibration=False, model=model), records)
+    files = build_report(run)
+    md = files.markdown.read_text()
+    warning = "TOKEN USAGE UNKNOWN — the provider reported no token usage for 1 trial(s)"
+    assert f"> **{warning}" in md
+    assert "| input tokens | 1000 + unknown (1 trial(s) reported no usage) |" in md
+    assert "| cost (USD, prices as of " in md
+    assert "| unknown |" in md.split("cost (USD", 1)[1].splitlines()[0]
+    assert warning in files.html.read_text()
+    sheet = load_workbook(files.workbook)["trials"]
+    rows = [[c.value for c in row] for row in sheet.iter_rows()]
+    silent = next(r for r in rows if r[0] == "silent")
+    assert silent[11:13] == [None, None]
+    assert silent[14] == "unknown"
+    assert md == snapshot
+
+
 def test_empty_run_scorecard(empty_run: Path, snapshot: SnapshotAssertion) -> None:
     files = build_report(empty_run)
     md = files.markdown.read_text()

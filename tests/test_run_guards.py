@@ -5,6 +5,8 @@ and custom analysts held to the same limits."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import helpers
 import pytest
 
 from pytest_backintel.loading import load_scenario_file
+from pytest_backintel.records import NO_USAGE_TRIAL
 from pytest_backintel.testing.model_server import Failure, ModelServer, Step, unused_url
 
 FEW = helpers.FEW
@@ -165,10 +168,27 @@ def test_no_usage_from_the_provider_is_null_and_stops_a_token_budget(
     assert first["usage"]["input_tokens"] is None
     assert first["usage"]["output_tokens"] is None
     assert first["cost_usd"] is None
+    assert first["warnings"] == [NO_USAGE_TRIAL]
     assert second["outcome"] == "budget_exceeded"
+    assert second["warnings"] == [], "a trial that never called the model has nothing unknown"
     assert "reported no token usage" in second["reasons"][0]["message"]
-    assert run_json(pytester, "u")["usage_unreported_trials"] == 1
-    assert "provider reported no token usage for 1 trial(s)" in result.stdout.str()
+    header = run_json(pytester, "u")
+    assert header["usage_unreported_trials"] == 1
+    warning = "the provider reported no token usage for 1 trial(s)"
+    assert [w.split(":")[0] for w in header["warnings"]] == [warning]
+    assert f"backintel: WARNING: {warning}" in result.stdout.str()
+    folder = pytester.path / "results" / "u"
+    report = subprocess.run(
+        [str(Path(sys.executable).parent / "backintel"), "report", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert report.returncode == 0, report.stderr
+    scorecard = (folder / "scorecard.md").read_text()
+    assert f"> **TOKEN USAGE UNKNOWN — {warning}" in scorecard
+    assert "| input tokens | 0 + unknown (1 trial(s) reported no usage) |" in scorecard
+    assert warning in (folder / "scorecard.html").read_text()
 
 
 # -- custom analysts -----------------------------------------------------------------------------
