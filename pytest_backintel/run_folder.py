@@ -35,6 +35,7 @@ from pytest_backintel.records import (
 __all__ = [
     "candidate",
     "check_run_folder",
+    "final_header",
     "model_api_of",
     "preflight",
     "read_plan",
@@ -187,3 +188,34 @@ def read_plan(run_dir: Path) -> list[str] | None:
     if not parts:
         return None
     return sorted({n for part in parts for n in json.loads(part.read_text())})
+
+
+def final_header(
+    run_dir: Path,
+    started: dict[str, Any],
+    records: list[dict[str, Any]],
+    *,
+    exit_status: int,
+    append_run: bool,
+    budget_spent: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """run.json at the end of a session: the header this session `started` with, under what
+    an earlier session of an appended folder wrote, the records' summary and how it ended."""
+    from pytest_backintel.freeze import verify_lock
+    from pytest_backintel.tracing import merge_traces
+
+    earlier = read_json(run_dir / "run.json")
+    header = started | earlier | records_summary(records)
+    if append_run and earlier.get("started_at") != started["started_at"]:
+        header["appended"] = [*earlier.get("appended", []), started["appended_to"]]
+    header.update(
+        {
+            "finished_at": now_iso(),
+            "exit_status": exit_status,
+            "freeze_check": verify_lock(run_dir),
+            "planned_items": read_plan(run_dir),
+            "spans": merge_traces(run_dir),
+            "budget_spent": budget_spent,
+        }
+    )
+    return header

@@ -26,7 +26,6 @@ from pytest_backintel.freeze import (
     check_candidate,
     lock_plan,
     register_run,
-    verify_lock,
 )
 from pytest_backintel.html_report import RECORD_KEY, junit_properties
 from pytest_backintel.item_python import ItemPython, evidence_runner
@@ -40,8 +39,6 @@ from pytest_backintel.records import (
     RecordWriter,
     merge_parts,
     new_run_id,
-    now_iso,
-    read_json,
     trial_record,
     write_json,
 )
@@ -335,29 +332,25 @@ class BenchSession:
 
     def record_infra_error(self, item: ScenarioItem, exc: BaseException) -> None:
         """A store or harness failure before the analyst ran: recorded, then re-raised."""
-        message = f"{type(exc).__name__}: {exc}"
-        self.write_record(
-            item,
-            Outcome.INFRA_ERROR.value,
-            {"reasons": [{"outcome": "infra_error", "message": message, "metric": None}]},
-        )
+        reason = {
+            "outcome": "infra_error",
+            "message": f"{type(exc).__name__}: {exc}",
+            "metric": None,
+        }
+        self.write_record(item, Outcome.INFRA_ERROR.value, {"reasons": [reason]})
 
     # -- run folder ------------------------------------------------------------------------
     def run_header(self) -> dict[str, Any]:
-        args = list(self.config.invocation_params.args)
-        return run_folder.run_header(
-            self.options, self.root, self.run_id, self.sandbox_description(), args
-        )
+        args, sandbox = list(self.config.invocation_params.args), self.sandbox_description()
+        return run_folder.run_header(self.options, self.root, self.run_id, sandbox, args)
 
     def candidate(self) -> dict[str, Any]:
-        """What a frozen run measures: the commit, the method, the analyst and its settings."""
-        return run_folder.candidate(self.options, self.root)
+        return run_folder.candidate(self.options, self.root)  # what a frozen run measures
 
     def start(self) -> None:
         if not self.is_controller:
             return
-        # what killed runs left behind (their owner is gone)
-        self._sweep = clean_stale_in_background(self.data_dir)
+        self._sweep = clean_stale_in_background(self.data_dir)  # what killed runs left
         if self.config.pluginmanager.has_plugin("dsession") and self.options.analyst != "reference":
             self.check_analyst(model=not self.config.option.collectonly)
         header = self._header = self.run_header()
@@ -390,22 +383,14 @@ class BenchSession:
             self._sandboxes.teardown_session()
         if not self.is_controller or not self.run_dir.exists():
             return
-        from pytest_backintel.tracing import merge_traces
-
         records = merge_parts(self.run_dir) if any(self.run_dir.glob("parts/records-*")) else []
-        earlier = read_json(self.run_dir / "run.json")
-        header = self.run_header() | self._header | earlier | run_folder.records_summary(records)
-        if self.options.append_run and earlier.get("started_at") != self._header["started_at"]:
-            header["appended"] = [*earlier.get("appended", []), self._header["appended_to"]]
-        header.update(
-            {
-                "finished_at": now_iso(),
-                "exit_status": exitstatus,
-                "freeze_check": verify_lock(self.run_dir),
-                "planned_items": run_folder.read_plan(self.run_dir),
-                "spans": merge_traces(self.run_dir),
-                "budget_spent": self.budget.totals() if self.budget.limits.active else None,
-            }
+        header = run_folder.final_header(
+            self.run_dir,
+            self.run_header() | self._header,
+            records,
+            exit_status=exitstatus,
+            append_run=self.options.append_run,
+            budget_spent=self.budget.totals() if self.budget.limits.active else None,
         )
         write_json(self.run_dir / "run.json", header)
         self.outcomes = Counter(r["outcome"] for r in records)
