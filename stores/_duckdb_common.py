@@ -41,6 +41,7 @@ from stores.base import (
     TableInfo,
 )
 from stores.caps import ResultCollector, cell_cap, duckdb_capped_select, statement_body
+from stores.engine_process import IsolatedSession
 from stores.fingerprint import summary_digest, tree_sha256
 from stores.plans import DuckDBPlans
 
@@ -350,10 +351,14 @@ class FolderItem(ProvisionedStore):
         self._require()
         return self._open()
 
-    def connect(self) -> DuckDBSession:
+    def local_session(self) -> DuckDBSession:
+        """The guarded session in this process (`connect` runs it in a child process)."""
         return DuckDBSession(
             self.engine_connection(), timeout_s=self._timeout_s, where=self.display_id
         )
+
+    def connect(self) -> IsolatedSession:
+        return IsolatedSession(self.local_session, where=self.display_id, timeout_s=self._timeout_s)
 
     def fingerprint(self) -> Fingerprint:
         """Physical: sha256 of the item's files (`_physical`); logical: computed in DuckDB,

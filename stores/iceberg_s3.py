@@ -110,7 +110,8 @@ class ProvisionedIcebergS3(FolderItem):
 
         return open_guarded_with(self.root / CATALOG, extensions=EXTENSIONS, prepare=prepare)
 
-    def connect(self) -> S3Session:
+    def local_session(self) -> S3Session:
+        """The guarded session in this process (`connect` runs it in a child process)."""
         return S3Session(self.engine_connection(), timeout_s=self._timeout_s, where=self.display_id)
 
     def objects(self) -> list[str]:

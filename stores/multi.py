@@ -45,6 +45,7 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
+from stores.engine_process import IsolatedSession
 
 __all__ = ["Component", "MultiStore", "ProvisionedMulti", "component_dataset", "parse_spec"]
 
@@ -228,13 +229,17 @@ class ProvisionedMulti(ProvisionedStore):
             secret_dir=self.root / "secrets",
         )
 
-    def connect(self) -> MultiSession:
+    def local_session(self) -> MultiSession:
+        """The guarded session in this process (`connect` runs it in a child process)."""
         return MultiSession(
             self.engine_connection(),
             self._attaches,
             timeout_s=self._timeout_s,
             where=self.display_id,
         )
+
+    def connect(self) -> IsolatedSession:
+        return IsolatedSession(self.local_session, where=self.display_id, timeout_s=self._timeout_s)
 
     def fingerprint(self) -> Fingerprint:
         logical, physical = hashlib.sha256(), hashlib.sha256()

@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import quote
 
 from stores.base import (
     MAX_CELL_BYTES,
@@ -51,6 +50,8 @@ from stores.sqlite_fingerprint import (
 from stores.sqlite_policy import (
     FOREIGN_WRITES,
     QUERY_KEYWORDS,
+    VALUE_BYTES,
+    connect_read_only,
     denial,
     leading_keyword,
     not_a_query,
@@ -65,31 +66,6 @@ _MAX_COLUMNS = 900
 """The wrapping query doubles the columns; SQLite allows 2000 in a result."""
 
 
-def _connect_read_only(path: Path) -> sqlite3.Connection:
-    """A `mode=ro`, `query_only` connection with extension loading off and no ATTACH slots."""
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot open the SQLite store {path}: {exc}") from exc
-    if hasattr(conn, "enable_load_extension"):
-        conn.enable_load_extension(False)
-    conn.text_factory = _text
-    conn.execute("PRAGMA query_only = ON")
-    conn.execute("PRAGMA trusted_schema = OFF")
-    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    return conn
-
-
-def _text(raw: bytes) -> str | bytes:
-    """TEXT as str; bytes that are not UTF-8 (a damaged file) stay bytes instead of crashing
-    the reader, so a fingerprint of such a file differs rather than fails."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw
-
-
 class SQLiteSession(StoreSession):
     """One analyst connection: read-only, one statement per call, time-limited."""
 
@@ -99,7 +75,7 @@ class SQLiteSession(StoreSession):
         self._deadline = float("inf")
         self._timed_out = False
         self._denials: list[str] = []
-        self._conn: sqlite3.Connection | None = _connect_read_only(path)
+        self._conn: sqlite3.Connection | None = connect_read_only(path)
         self._conn.set_authorizer(self._authorize)
         self._conn.set_progress_handler(self._progress, _PROGRESS_STEPS)
 
@@ -148,6 +124,11 @@ class SQLiteSession(StoreSession):
             )
         if "readonly database" in message or "may not be modified" in message:
             return refusal(f"the statement tried to write ({message})")
+        if "string or blob too big" in message:
+            return QueryError(
+                f"SQLite error: {message}: a text or blob value would pass this session's "
+                f"{VALUE_BYTES}-byte limit per value; cut or aggregate values in SQL"
+            )
         if message.startswith("no such table"):
             return QueryError(f"{message}; tables in this store: {', '.join(self.list_tables())}")
         return QueryError(f"SQLite error: {message}")
@@ -317,7 +298,7 @@ class SQLiteProvisionedStore(ProvisionedStore):
 
     def _logical(self, physical: str) -> str:
         """The logical fingerprint, read through a private read-only connection."""
-        conn = _connect_read_only(self._path)
+        conn = connect_read_only(self._path)
         try:
             logical = sqlite_logical_fingerprint(conn)
         except sqlite3.Error as exc:

@@ -1,11 +1,14 @@
-"""The sqlite backend's read-only statement policy: what run_sql may execute and why not."""
+"""The sqlite backend's read-only policy: the guarded connection, what run_sql may execute and
+why not."""
 
 from __future__ import annotations
 
 import re
 import sqlite3
+from pathlib import Path
+from urllib.parse import quote
 
-from stores.base import QueryError, QueryRefused
+from stores.base import QueryError, QueryRefused, StoreError
 
 __all__ = [
     "FOREIGN_WRITES",
@@ -13,6 +16,8 @@ __all__ = [
     "PRAGMAS_WITH_ARGUMENT",
     "QUERY_KEYWORDS",
     "READ_ONLY_NOTE",
+    "VALUE_BYTES",
+    "connect_read_only",
     "denial",
     "leading_keyword",
     "not_a_query",
@@ -164,3 +169,36 @@ def single_statement(sql: str) -> str:
             "send each query in its own run_sql call"
         )
     return sql[start:end]
+
+
+VALUE_BYTES = 10_000_000
+"""`SQLITE_LIMIT_LENGTH` of the analyst's connection: no text or blob value, stored or computed
+(`zeroblob`, `randomblob`, `printf('%.600000000c', ...)`), may pass it, so SQLite refuses to
+build a huge value in the harness process instead of allocating it."""
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A `mode=ro`, `query_only` connection with extension loading off, no ATTACH slots and
+    no value longer than `VALUE_BYTES`."""
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the SQLite store {path}: {exc}") from exc
+    if hasattr(conn, "enable_load_extension"):
+        conn.enable_load_extension(False)
+    conn.text_factory = _text
+    conn.execute("PRAGMA query_only = ON")
+    conn.execute("PRAGMA trusted_schema = OFF")
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, VALUE_BYTES)
+    return conn
+
+
+def _text(raw: bytes) -> str | bytes:
+    """TEXT as str; bytes that are not UTF-8 (a damaged file) stay bytes instead of crashing
+    the reader, so a fingerprint of such a file differs rather than fails."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw

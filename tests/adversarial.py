@@ -193,12 +193,19 @@ def _answerable(
         yield Mutant(
             "python literal", _answer(scenario, values, printed, "python"), "unsupported_evidence"
         )
-        nested = "print('[' * 100000 + ']' * 100000)"
-        yield Mutant(
-            "python deep nesting",
-            _answer(scenario, values, nested, "python"),
-            "unsupported_evidence",
-        )
+        name = first.name
+        shapes = {
+            "python deep nesting": "print('[' * 100000 + ']' * 100000)",
+            "python huge int": f"print('{{\"{name}\": ' + '9' * 5000 + '}}')",
+            "python huge int under the digit limit": f"print('{{\"{name}\": ' + '9' * 4000 + '}}')",
+            "python NaN": f"print('{{\"{name}\": NaN}}')",
+            "python invalid UTF-8": "import sys; sys.stdout.buffer.write("
+            f'b\'{{"{name}": "\\xff\\xfe"}}\\n\')',
+            "python 100 MB of output": "import sys; sys.stdout.write('x' * 100_000_000)",
+            "python non-JSON": f"print('{name} = 3')",
+        }
+        for label, code in shapes.items():
+            yield Mutant(label, _answer(scenario, values, code, "python"), "unsupported_evidence")
 
 
 def _unanswerable(scenario: Scenario) -> Iterator[Mutant]:

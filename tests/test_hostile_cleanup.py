@@ -4,6 +4,7 @@ PostgreSQL, database and role) behind; the next run's start removes them, and on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ import pytest
 
 from pytest_backintel.cleanup import clean_stale
 from pytest_backintel.cli import main
+from pytest_backintel.sandbox._process import PidsCgroup
 from stores.owner import OWNER_FILE, Owner, mark_folder
 from stores.postgres import DEFAULT_DSN
 
@@ -161,6 +163,13 @@ def test_backintel_clean_removes_only_gone_owners(
     elsewhere.mkdir(parents=True)  # named by a pid that is not running here, owned elsewhere
     (elsewhere / OWNER_FILE).write_text(json.dumps(
         {"host": "elsewhere", "boot": "", "pid": 5, "start": None}))  # fmt: skip
+    base = PidsCgroup.base()
+    assert base is not None, "the hostile suite needs a writable pids cgroup hierarchy"
+    (base / "backintel").mkdir(exist_ok=True)
+    stale_group = base / "backintel" / f"{dead_pid}-cleantest"
+    live_group = base / "backintel" / f"{child.pid}-cleantest"
+    stale_group.mkdir()
+    live_group.mkdir()
     other_host = data / "stores" / "postgres" / "1"
     other_host.mkdir(parents=True)
     (other_host / OWNER_FILE).write_text(json.dumps(
@@ -171,8 +180,13 @@ def test_backintel_clean_removes_only_gone_owners(
         assert f"would have removed folder {gone}" in capsys.readouterr().out
         assert main(["clean", "--data-dir", str(data), "--no-postgres"]) == 0
         out = capsys.readouterr().out
+        assert live_group.is_dir()  # its owner is running
     finally:
         child.kill()
+        with contextlib.suppress(OSError):
+            live_group.rmdir()
+    assert not stale_group.exists()
+    assert f"removed cgroup {stale_group}" in out
     assert not gone.exists()
     assert not shipped.exists()
     assert outside.stat().st_mode & 0o777 == 0o755  # a link's target is never touched

@@ -5,6 +5,7 @@ the harness's memory bounded. No backend is skipped: one that cannot run fails h
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,29 +234,81 @@ def test_every_attack_is_refused_on_both_paths_and_nothing_changes(backend: Back
     ]
 
 
-BIG = {"sqlite": "zeroblob(600000000)", "duckdb": "repeat('x', 600000000)",
-       "postgres": "repeat('x', 600000000)"}  # fmt: skip
+HUGE: dict[str, list[str]] = {
+    "sqlite": ["zeroblob(600000000)", "randomblob(600000000)", "printf('%.600000000c', 'x')",
+               "hex(zeroblob(300000000))"],
+    "duckdb": ["repeat('x', 600000000)", "repeat('x', 600000000 + id)",
+               "lpad('x', 600000000, 'y')", "range(100000000)",
+               "(SELECT max(length(r)) FROM repeat(repeat('x', 600000000), 4) AS t(r))"],
+    "postgres": ["repeat('x', 600000000)", "lpad('x', 600000000, 'y')"],
+}  # fmt: skip
+"""Values of hundreds of MB built by the engine (constant-folded, per row, at bind time)."""
+PEAK_GROWTH_MB = 100
+TOO_BIG = re.compile(r"memory|too big|too large", re.IGNORECASE)
+"""What an error for a value the engine would not build must say."""
 
 
-def rss_mb() -> float:
-    """The current resident set of this process in MB."""
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * 4096 / 1e6
+def huge_statements(b: Backend) -> list[str]:
+    """Every huge-value statement of the dialect on SQLite, DuckDB and PostgreSQL; the first
+    (constant-folded) one on the other DuckDB-backed sessions, which share DuckDB's engine."""
+    values = HUGE[b.dialect]
+    return values if b.spec in {"sqlite", "duckdb", "postgres", MULTI} else values[:1]
 
 
-def test_huge_values_come_back_capped_and_memory_stays_bounded(backend: Backend) -> None:
-    sql = f"SELECT {BIG[backend.dialect]} AS big, id FROM {backend.orders} LIMIT 4"
-    start = rss_mb()
-    (text,) = through_tool(backend.item, [sql])
-    after_tool = rss_mb()
-    (evidence,) = through_evidence(backend.item, [sql])
-    after_evidence = rss_mb()
-    assert len(text.encode()) < TOOL_RESULT_BYTES + 1000
-    assert "[truncated: 4 cell(s) longer than" in text
-    assert evidence.error is None
+def assert_capped_or_refused(big: str, text: str, evidence: Any) -> None:
+    """The tool's text and the evidence each: cells cut and said so, or an error naming memory
+    or the value limit (the engine's child may run out on one path and not the other)."""
+    if text.startswith("ERROR ("):
+        assert TOO_BIG.search(text), text
+    elif big.startswith("printf"):  # SQLite's printf gives NULL past the length limit
+        assert text == "big\tid\nNULL\t0\nNULL\t1\nNULL\t2\nNULL\t3\n[4 row(s)]"
+    else:
+        assert "[truncated: 4 cell(s) longer than" in text, text[:300]
+    if evidence.error is not None:
+        assert TOO_BIG.search(evidence.error), evidence.error
+        assert not evidence.ran
     assert not evidence.ok
-    assert after_tool - start < 100, (start, after_tool)
-    assert after_evidence - start < 100, (start, after_evidence)
+
+
+def reset_peak() -> float:
+    """Reset this process's peak resident set (`VmHWM`) to its current one; return it in MB."""
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    return peak_mb()
+
+
+def peak_mb() -> float:
+    """The peak resident set of this process since the last `reset_peak`, in MB."""
+    with open("/proc/self/status") as fh:
+        line = next(x for x in fh if x.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def test_huge_values_come_back_capped_or_refused_and_the_peak_stays_bounded(
+    backend: Backend,
+) -> None:
+    """The harness's peak memory (not only what it keeps) grows by less than 100 MB while the
+    engine is asked for 0.3-4.8 GB values: each comes back cut or as a recorded error."""
+    through_tool(backend.item, ["SELECT 1 AS n"])  # warm up: the agent's imports and caches
+    growth: dict[str, tuple[float, float]] = {}
+    for big in huge_statements(backend):
+        sql = f"SELECT {big} AS big, id FROM {backend.orders} LIMIT 4"
+        start = reset_peak()
+        (text,) = through_tool(backend.item, [sql])
+        tool = peak_mb() - start
+        start = reset_peak()
+        (evidence,) = through_evidence(backend.item, [sql])
+        growth[big] = (tool, peak_mb() - start)
+        assert len(text.encode()) < TOOL_RESULT_BYTES + 1000
+        assert_capped_or_refused(big, text, evidence)
+        assert not evidence.ok
+        # the session is usable afterwards
+        assert through_tool(backend.item, [f"SELECT count(*) AS n FROM {backend.orders}"]) == [
+            f"n\n{N_ORDERS}\n[1 row(s)]"
+        ]
+    print(f"\npeak growth on {backend.spec} (tool, evidence) MB:",
+          {k[:40]: (round(a), round(b)) for k, (a, b) in growth.items()})  # fmt: skip
+    assert all(max(g) < PEAK_GROWTH_MB for g in growth.values()), growth
 
 
 def test_wide_and_long_results_are_cut_by_bytes(backend: Backend) -> None:

@@ -1,0 +1,73 @@
+"""The child process that runs a DuckDB session: its memory cap, its death, its restart."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from stores.base import DatasetFiles, QueryError, QueryResult, StoreSession, TableInfo
+from stores.duckdb_store import DuckDBStore
+from stores.engine_process import IsolatedSession
+
+
+class Hostile(StoreSession):
+    """A session whose statements do what an engine bug or a huge value would do."""
+
+    def list_tables(self) -> list[str]:
+        return [str(os.getpid())]
+
+    def describe_table(self, name: str) -> TableInfo:
+        raise NotImplementedError
+
+    def run_sql(self, sql: str, max_rows: int = 200, max_bytes: int = 4_000_000) -> QueryResult:
+        if sql == "allocate":
+            bytearray(4 * 1024**3)
+        if sql == "die":
+            os._exit(9)
+        return QueryResult(columns=["n"], rows=[(1,)])
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_child_past_its_memory_cap_is_an_error_not_the_harness_growing() -> None:
+    with IsolatedSession(Hostile, where="test", timeout_s=5, memory_bytes=256 * 2**20) as s:
+        with pytest.raises(QueryError, match="more memory than the session allows"):
+            s.run_sql("allocate")
+        assert s.run_sql("SELECT 1").rows == [(1,)]
+
+
+def test_a_child_that_dies_is_reported_and_replaced() -> None:
+    with IsolatedSession(Hostile, where="test", timeout_s=5) as s:
+        (first,) = s.list_tables()
+        assert int(first) != os.getpid()
+        with pytest.raises(QueryError, match="its engine process ended"):
+            s.run_sql("die")
+        (second,) = s.list_tables()
+        assert second != first
+
+
+def test_a_duckdb_item_connects_through_a_child(tmp_path: Path) -> None:
+    folder = tmp_path / "parquet"
+    folder.mkdir()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": pa.array([1, 2, 3], pa.int64())}), folder / "t.parquet")
+    store = DuckDBStore(tmp_path / "work", statement_timeout_s=30)
+    store.setup_session()
+    item = store.provision(DatasetFiles("d", folder))
+    try:
+        with item.connect() as session:
+            assert isinstance(session, IsolatedSession)
+            assert session.run_sql("SELECT sum(id) AS n FROM t").rows == [(6,)]
+            assert session.tables_read("SELECT * FROM t") == {"t"}
+            assert session.list_tables() == ["t"]
+            with pytest.raises(QueryError, match="Out of Memory"):
+                session.run_sql("SELECT * FROM repeat(repeat('x', 600000000), 4)")
+            assert session.describe_table("t").row_count == 3
+    finally:
+        item.teardown()
+        store.teardown_session()
