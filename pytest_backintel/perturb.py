@@ -29,6 +29,7 @@ import polars as pl
 from filelock import FileLock
 
 from stores.base import DatasetFiles
+from stores.sqlite_build import build_from_parquet
 
 __all__ = [
     "DONE_FILE",
@@ -39,7 +40,9 @@ __all__ = [
     "perturb_tables",
 ]
 
-PERTURB_VERSION = 3
+PERTURB_VERSION = 4
+SQLITE_FILE = "perturbed.sqlite"
+"""The copy as one SQLite database, beside its Parquet files."""
 """Bumped whenever the transformation changes, so old copies are never reused."""
 MIN_ROWS = 4
 DROP_ONE_IN = 4
@@ -145,11 +148,14 @@ def _build(files: DatasetFiles, folder: Path, salt: int) -> None:
         kind, _, alias = key.partition(":")
         if kind == "parquet":
             _perturb_parquet(path, folder / f"parquet-{alias}", salt)
+    if files.sqlite_path is not None:  # the sqlite backend then copies it, as it copies worlds
+        build_from_parquet(sorted((folder / "parquet").glob("*.parquet")), folder / SQLITE_FILE)
     (folder / DONE_FILE).write_text(json.dumps({"source": str(files.parquet_dir), "salt": salt}))
 
 
 def _files(files: DatasetFiles, folder: Path) -> DatasetFiles:
-    """The copy as a dataset: Parquet only (a SQLite store builds its database from it)."""
+    """The copy as a dataset: Parquet, and the same tables as a SQLite file when the source
+    had one (built with the copy, once per machine, not by every process's sqlite backend)."""
     extra: dict[str, Path] = {}
     for key, path in files.extra.items():
         kind, _, alias = key.partition(":")
@@ -157,7 +163,13 @@ def _files(files: DatasetFiles, folder: Path) -> DatasetFiles:
             extra[key] = folder / f"parquet-{alias}"
         elif kind != "sqlite":
             extra[key] = path
-    return DatasetFiles(name=files.name, parquet_dir=folder / "parquet", extra=extra)
+    sqlite = folder / SQLITE_FILE
+    return DatasetFiles(
+        name=files.name,
+        parquet_dir=folder / "parquet",
+        sqlite_path=sqlite if sqlite.is_file() else None,
+        extra=extra,
+    )
 
 
 def build_once(cache_dir: Path, final: Path, build: Callable[[Path], None]) -> None:

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from stores.base import DatasetFiles, StoreError
 
-__all__ = ["TemplateCache", "quote_ident"]
+__all__ = ["TemplateCache", "build_from_parquet", "quote_ident"]
 
 
 def quote_ident(name: str) -> str:
@@ -64,7 +64,7 @@ class TemplateCache:
         if dataset.sqlite_path is not None:
             _copy_out_of_wal(dataset.sqlite_path, built)
         else:
-            _build_from_parquet(files, built)
+            build_from_parquet(files, built)
         self._templates[key] = built
         return built
 
@@ -135,7 +135,7 @@ def _parquet_column(field: Any) -> tuple[str, Callable[[Any], object]]:
     )
 
 
-def _build_from_parquet(files: list[Path], dest: Path) -> None:
+def build_from_parquet(files: list[Path], dest: Path) -> None:
     """A database with one table per `<table>.parquet` file, written under a private temp name."""
     import pyarrow.parquet as pq
 
