@@ -14,7 +14,7 @@ from pytest_backintel.dialects import translate
 from pytest_backintel.evidence import EVIDENCE_MAX_ROWS, jsonable, values_from_result
 from pytest_backintel.hand_score import HandScorer
 from pytest_backintel.loading import find_scenarios
-from pytest_backintel.manifests import DEFAULT_MANIFESTS, _read
+from pytest_backintel.manifests import DEFAULT_MANIFESTS, _read, bound
 from pytest_backintel.refusals import countable_synonyms
 from pytest_backintel.scenario import MetricKind, MetricSpec, Scenario
 from stores.base import ProvisionedStore
@@ -48,7 +48,7 @@ def all_cases() -> dict[str, Case]:
             for raw in _read(path)["cases"]:
                 if "scenario" not in raw:
                     continue
-                scenario = Scenario.model_validate(raw["scenario"])
+                scenario = bound(Scenario.model_validate(raw["scenario"]))  # SQLite, as run
                 cases[scenario.id] = Case(scenario, path)
     return dict(sorted(cases.items()))
 

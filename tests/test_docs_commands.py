@@ -23,7 +23,7 @@ from pytest_backintel.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-COMMAND = re.compile(r"^(?:[A-Z_]+=\S+\s+)*uv run (?:pytest|backintel)\b.*$")
+COMMAND = re.compile(r"^(?:[A-Z_]+=\S*\s+)*uv run (?:pytest|backintel)\b.*$")
 PLACEHOLDERS = {
     "<run-id>": "example",
     "<baseline>": "example",
