@@ -90,13 +90,17 @@ rm -rf "$fresh"
 
 step "the development scenarios on every other backend"
 # Levels 4 and 7 are bound to their own stores (multi, lake-parquet) and ran above.
-for store in duckdb postgres iceberg lake-parquet files clickhouse iceberg-s3; do
+for store in duckdb postgres clickhouse iceberg-s3; do
   uv run pytest -m "development and not level4 and not level7" -n 2 -q --store "$store"
 done
+# iceberg, lake-parquet and files are DuckDB sessions too, whose every connection now forks a
+# memory-capped child (stores/engine_process.py): the whole set costs ~2.5 min per backend, so
+# CI runs their first level (their conformance and hostile suites run in the tests above).
+for store in iceberg lake-parquet files; do
+  uv run pytest -m "development and level1" -n 2 -q --store "$store"
+done
 
-step "benchmarks (timings are printed, never asserted)"
-# The latency experiment at 0.25 s per request here (the docs' figures use the default, 1 s).
-BACKINTEL_BENCH_LATENCY=0.25 BACKINTEL_BENCHMARKS=1 uv run pytest tests/benchmarks -p no:xdist -q \
-  --benchmark-columns=min,median,max --benchmark-sort=name
+# The benchmarks (tests/benchmarks) run on their own: docs/performance.md has their command and
+# what they measured. They are timing runs of several minutes and assert nothing.
 
 step "done"
