@@ -90,13 +90,13 @@ rm -rf "$fresh"
 
 step "the development scenarios on every other backend"
 # Levels 4 and 7 are bound to their own stores (multi, lake-parquet) and ran above.
-for store in duckdb postgres clickhouse iceberg-s3; do
+for store in postgres clickhouse iceberg-s3; do
   uv run pytest -m "development and not level4 and not level7" -n 2 -q --store "$store"
 done
-# iceberg, lake-parquet and files are DuckDB sessions too, whose every connection now forks a
-# memory-capped child (stores/engine_process.py): the whole set costs ~2.5 min per backend, so
-# CI runs their first level (their conformance and hostile suites run in the tests above).
-for store in iceberg lake-parquet files; do
+# The DuckDB-engine backends: every connection forks a memory-capped child
+# (stores/engine_process.py), so the whole set costs ~2.5 min per backend; CI runs their first
+# level (their conformance and hostile suites run in full in the tests above).
+for store in duckdb iceberg lake-parquet files; do
   uv run pytest -m "development and level1" -n 2 -q --store "$store"
 done
 
