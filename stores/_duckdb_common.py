@@ -23,7 +23,7 @@ from typing import Any
 
 import duckdb
 
-from stores._duckdb_policy import check_functions
+from stores._duckdb_policy import check_functions, quote_literal
 from stores._folders import copy_folder, remove_folder, template_dir
 from stores.base import (
     MAX_CELL_BYTES,
@@ -77,10 +77,6 @@ _EXPLAIN = re.compile(r"^\s*explain\s+(analyze\s+)?", re.IGNORECASE)
 
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def quote_literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def open_guarded(db_path: Path, *, allowed_dirs: Sequence[Path] = ()) -> duckdb.DuckDBPyConnection:
@@ -175,8 +171,7 @@ class DuckDBSession(DuckDBPlans, StoreSession):
         cols = self._conn.execute(
             "SELECT column_name, data_type, is_nullable = 'YES' FROM information_schema.columns "
             "WHERE table_schema = 'main' AND table_catalog = current_database() "
-            "AND table_name = ? ORDER BY ordinal_position",
-            [name],
+            f"AND table_name = {quote_literal(name)} ORDER BY ordinal_position"
         ).fetchall()
         count = self._conn.execute(f"SELECT count(*) FROM {quote_ident(name)}").fetchone()
         return TableInfo(

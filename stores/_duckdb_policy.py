@@ -26,6 +26,8 @@ __all__ = [
     "REFUSED_TABLE_FUNCTIONS",
     "SAFE_TABLE_FUNCTIONS",
     "check_functions",
+    "quote_literal",
+    "serialized_sql",
 ]
 
 SAFE_TABLE_FUNCTIONS = frozenset(
@@ -121,13 +123,26 @@ def _table_function_refusal(name: str) -> str:
     )
 
 
+def quote_literal(text: str) -> str:
+    """`text` as a DuckDB string literal. Statements take values this way, not as bound
+    parameters: binding one makes DuckDB's Python module import pandas, about 0.6 s in every
+    engine child (`stores/engine_process.py`)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def serialized_sql(conn: duckdb.DuckDBPyConnection, sql: str) -> str | None:
+    """DuckDB's JSON parse tree of `sql` (`json_serialize_sql`), None if it gives no row."""
+    row = conn.execute(f"SELECT json_serialize_sql({quote_literal(sql)}::VARCHAR)").fetchone()
+    return str(row[0]) if row else None
+
+
 def check_functions(conn: duckdb.DuckDBPyConnection, select_sql: str) -> None:
     """Refuse `select_sql` (one SELECT) when its parse tree calls a table function outside
     `SAFE_TABLE_FUNCTIONS`, a refused scalar function, or names a table by a file path.
     A SELECT DuckDB cannot serialise (PIVOT, ...) is refused: it cannot be checked."""
     try:
-        row = conn.execute("SELECT json_serialize_sql(?::VARCHAR)", [select_sql]).fetchone()
-        tree = json.loads(str(row[0])) if row else {"error": True}
+        text = serialized_sql(conn, select_sql)
+        tree = json.loads(text) if text is not None else {"error": True}
     except (duckdb.Error, ValueError) as exc:
         raise QueryError(f"could not parse the SQL: {exc}") from exc
     if tree.get("error"):

@@ -39,6 +39,7 @@ from stores._duckdb_common import (
     remove_folder,
     tree_sha256,
 )
+from stores._duckdb_policy import serialized_sql
 from stores._extensions import load_extensions, open_guarded_with
 from stores.base import (
     MAX_RESULT_BYTES,
@@ -84,10 +85,10 @@ class S3Session(DuckDBSession):
         self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
     ) -> QueryResult:
         try:
-            tree = self._conn.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+            tree = serialized_sql(self._conn, sql)
         except duckdb.Error:
             tree = None
-        if tree is not None and _HIDDEN.search(str(tree[0])):
+        if tree is not None and _HIDDEN.search(tree):
             raise QueryRefused(
                 "duckdb_secrets() and which_secret() are refused: the store's credentials are "
                 "not the analyst's to read"

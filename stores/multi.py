@@ -156,8 +156,8 @@ class MultiSession(DuckDBSession):
         for a in self._attaches:
             rows = self._conn.execute(
                 "SELECT table_name FROM information_schema.tables "
-                "WHERE table_catalog = ? AND table_schema = ? ORDER BY 1",
-                [a.alias, a.schema],
+                f"WHERE table_catalog = {quote_literal(a.alias)} "
+                f"AND table_schema = {quote_literal(a.schema)} ORDER BY 1"
             ).fetchall()
             for (name,) in rows:
                 found[f"{a.alias}.{name}"] = (a.alias, a.schema, str(name))
@@ -178,9 +178,9 @@ class MultiSession(DuckDBSession):
         catalog, schema, table = tables[matches[0]]
         cols = self._conn.execute(
             "SELECT column_name, data_type, is_nullable = 'YES' FROM information_schema.columns "
-            "WHERE table_catalog = ? AND table_schema = ? AND table_name = ? "
-            "ORDER BY ordinal_position",
-            [catalog, schema, table],
+            f"WHERE table_catalog = {quote_literal(catalog)} "
+            f"AND table_schema = {quote_literal(schema)} "
+            f"AND table_name = {quote_literal(table)} ORDER BY ordinal_position"
         ).fetchall()
         qualified = ".".join(quote_ident(p) for p in (catalog, schema, table))
         count = self._conn.execute(f"SELECT count(*) FROM {qualified}").fetchone()

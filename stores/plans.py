@@ -14,6 +14,8 @@ from typing import Any
 
 import duckdb
 
+from stores._duckdb_policy import serialized_sql
+
 __all__ = ["DuckDBPlans", "duckdb_tables_read", "postgres_relations", "postgres_tables_read"]
 
 
@@ -66,10 +68,10 @@ def _plan_scans(plan: list[Any]) -> set[str]:
 
 def _named_tables(conn: duckdb.DuckDBPyConnection, statement: str) -> set[str]:
     """Base tables the parser finds in `statement`, CTE names excluded."""
-    row = conn.execute("SELECT json_serialize_sql(?)", [statement]).fetchone()
+    text = serialized_sql(conn, statement)
     tables: set[str] = set()
     ctes: set[str] = set()
-    nodes: list[Any] = [json.loads(row[0])] if row else []
+    nodes: list[Any] = [json.loads(text)] if text is not None else []
     while nodes:
         node = nodes.pop()
         if isinstance(node, list):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,34 @@ def test_a_duckdb_item_connects_through_a_child(tmp_path: Path) -> None:
     finally:
         item.teardown()
         store.teardown_session()
+
+
+def test_a_duckdb_session_imports_no_pandas(tmp_path: Path) -> None:
+    """Every engine child starts from the harness's modules; one that imported pandas (DuckDB's
+    Python module does when a statement binds a parameter) would pay ~0.6 s per connection."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "parquet").mkdir()
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64())}), tmp_path / "parquet/t.parquet")
+    script = f"""
+import sys
+from pathlib import Path
+from stores.base import DatasetFiles
+from stores.duckdb_store import DuckDBStore
+folder = Path({str(tmp_path)!r}) / "parquet"
+store = DuckDBStore(Path({str(tmp_path)!r}) / "work", statement_timeout_s=30)
+store.setup_session()
+item = store.provision(DatasetFiles("d", folder))
+session = item.local_session()
+session.list_tables(), session.describe_table("t"), session.tables_read("SELECT * FROM t")
+session.run_sql("SELECT sum(id) FROM t")
+session.close()
+item.teardown()
+print(sorted(m for m in ("pandas", "numpy") if m in sys.modules))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
