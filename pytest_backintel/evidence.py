@@ -13,6 +13,7 @@ evaluator's check query there under the metric's tolerance.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_backintel.contract import AnalystAnswer, Evidence
 from pytest_backintel.scenario import MetricKind, Scenario
 from pytest_backintel.tolerance import compare_metric, reproduces
-from stores.base import ProvisionedStore, QueryError, QueryResult
+from stores.base import ProvisionedStore, QueryError, QueryResult, StoreSession
 
 if TYPE_CHECKING:
     from pytest_backintel.probe import DataProbe
@@ -114,24 +115,24 @@ def values_from_result(
     return values, problems
 
 
-def _run_sql(store: ProvisionedStore, code: str) -> QueryResult:
-    with store.connect() as session:
-        return session.run_sql(code, max_rows=EVIDENCE_MAX_ROWS)
-
-
-def _reads_no_table(store: ProvisionedStore, code: str) -> bool:
+def _reads_no_table(session: StoreSession, code: str) -> bool:
     """True when the engine's plan for `code` reads no table (None from a backend: unknown)."""
-    with store.connect() as session:
-        tables = session.tables_read(code)
+    tables = session.tables_read(code)
     return tables is not None and not tables
 
 
 def _run_one(
-    item: Evidence, scenario: Scenario, store: ProvisionedStore, python: PythonRunner | None
+    item: Evidence,
+    scenario: Scenario,
+    session: Callable[[], AbstractContextManager[StoreSession]],
+    python: PythonRunner | None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The values `item` gives: its SQL run in a session from `session()`, or its program."""
     kinds = {m.name: m.kind for m in scenario.metrics}
     if item.kind == "sql":
-        return values_from_result(_run_sql(store, item.code), item.metrics, kinds)
+        with session() as open_session:
+            result = open_session.run_sql(item.code, max_rows=EVIDENCE_MAX_ROWS)
+        return values_from_result(result, item.metrics, kinds)
     if python is None:
         raise EvidenceRunError("python evidence needs a sandbox, and none is configured")
     printed = python(item.code)
@@ -150,7 +151,7 @@ def _follows_data(
     if unknown is not None:
         return  # the evaluator's own query cannot say; the harness, not the analyst, is short
     try:
-        values, problems = _run_one(item, scenario, probe.store, probe.python())
+        values, problems = _run_one(item, scenario, probe.session, probe.python())
     except (QueryError, EvidenceRunError) as exc:
         for name in item.metrics:
             res.reproduced[name] = False
@@ -182,8 +183,10 @@ def _check_one(
     reported: Mapping[str, Any],
 ) -> None:
     """Run one evidence item, compare its output with the answer, then on every probe."""
-    values, problems = _run_one(item, scenario, store, python)
-    if item.kind == "sql" and _reads_no_table(store, item.code):
+    with store.connect() as session:  # one session for the statement and its plan
+        values, problems = _run_one(item, scenario, lambda: nullcontext(session), python)
+        reads_nothing = item.kind == "sql" and _reads_no_table(session, item.code)
+    if reads_nothing:
         raise EvidenceRunError(
             "the query reads no table of the store: evidence must be derived from the data, "
             "not written as literals"

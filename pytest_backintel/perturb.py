@@ -24,26 +24,31 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
 from filelock import FileLock
 
 from stores.base import DatasetFiles
 from stores.sqlite_build import build_from_parquet
 
+if TYPE_CHECKING:  # polars is imported where a copy is built, not where a built one is found
+    import polars as pl
+
 __all__ = [
     "DONE_FILE",
+    "FILE_FORMS",
     "MIN_ROWS",
     "PERTURB_VERSION",
     "build_once",
     "perturb_dataset",
     "perturb_tables",
+    "source_form",
 ]
 
 PERTURB_VERSION = 4
+"""Bumped whenever the transformation changes, so old copies are never reused."""
 SQLITE_FILE = "perturbed.sqlite"
 """The copy as one SQLite database, beside its Parquet files."""
-"""Bumped whenever the transformation changes, so old copies are never reused."""
 MIN_ROWS = 4
 DROP_ONE_IN = 4
 DONE_FILE = "perturbed.json"
@@ -63,12 +68,15 @@ def _id_like(name: str) -> bool:
 
 def _dropped(values: pl.Series, salt: int) -> pl.Series:
     """The deterministic sample of key values that the copy drops (about one in four)."""
+
     unique = values.unique()
     return unique.filter(unique.hash(seed=salt) % DROP_ONE_IN == 0)
 
 
 def _hits(df: pl.DataFrame, col: str, values: pl.Series) -> pl.Expr:
     """Rows whose `col` is among `values` (compared as text when the types differ)."""
+    import polars as pl
+
     if df.schema[col] == values.dtype:
         return pl.col(col).is_in(values.implode())
     return pl.col(col).cast(pl.String).is_in(values.cast(pl.String).implode())
@@ -77,6 +85,8 @@ def _hits(df: pl.DataFrame, col: str, values: pl.Series) -> pl.Expr:
 def perturb_tables(tables: dict[str, pl.DataFrame], salt: int = 1) -> dict[str, pl.DataFrame]:
     """The perturbed tables (see the module docstring); deterministic for the same input and
     `salt` (each salt drops other rows and scales by other factors)."""
+    import polars as pl
+
     keys = {t: _canonical(t, df.columns) for t, df in tables.items()}
     entity: dict[str, str] = {}  # key name -> the table it identifies
     drops: dict[str, pl.Series] = {}
@@ -124,6 +134,8 @@ def perturb_tables(tables: dict[str, pl.DataFrame], salt: int = 1) -> dict[str, 
 
 
 def _perturb_parquet(src: Path, dst: Path, salt: int) -> dict[str, pl.DataFrame]:
+    import polars as pl
+
     tables = {p.stem: pl.read_parquet(p) for p in sorted(src.glob("*.parquet"))}
     perturbed = perturb_tables(tables, salt)
     dst.mkdir(parents=True)
@@ -170,6 +182,22 @@ def _files(files: DatasetFiles, folder: Path) -> DatasetFiles:
         sqlite_path=sqlite if sqlite.is_file() else None,
         extra=extra,
     )
+
+
+FILE_FORMS = ("sqlite", "duckdb", "csv")
+
+
+def source_form(files: DatasetFiles) -> str | None:
+    """`parquet` for a Parquet folder, `sqlite`/`duckdb`/`csv` for a user's file or folder,
+    None for a source with no files (a database such as PostgreSQL)."""
+    for kind in ("duckdb", "csv"):
+        if kind in files.extra:
+            return kind
+    if files.sqlite_path is not None and files.sqlite_path == files.parquet_dir:
+        return "sqlite"
+    if files.parquet_dir.is_dir() and any(files.parquet_dir.glob("*.parquet")):
+        return "parquet"
+    return None
 
 
 def build_once(cache_dir: Path, final: Path, build: Callable[[Path], None]) -> None:

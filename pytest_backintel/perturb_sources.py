@@ -26,26 +26,19 @@ from typing import Any
 
 import polars as pl
 
-from pytest_backintel.perturb import DONE_FILE, PERTURB_VERSION, build_once, perturb_tables
+from pytest_backintel.perturb import (
+    DONE_FILE,
+    FILE_FORMS,
+    PERTURB_VERSION,
+    build_once,
+    perturb_tables,
+    source_form,
+)
 from stores.base import DatasetFiles
 
 __all__ = ["FILE_FORMS", "perturb_postgres", "perturb_source", "source_form"]
 
-FILE_FORMS = ("sqlite", "duckdb", "csv")
 _SCHEMA = "_schema.json"
-
-
-def source_form(files: DatasetFiles) -> str | None:
-    """`parquet` for a Parquet folder, `sqlite`/`duckdb`/`csv` for a user's file or folder,
-    None for a source with no files (a database such as PostgreSQL)."""
-    for kind in ("duckdb", "csv"):
-        if kind in files.extra:
-            return kind
-    if files.sqlite_path is not None and files.sqlite_path == files.parquet_dir:
-        return "sqlite"
-    if files.parquet_dir.is_dir() and any(files.parquet_dir.glob("*.parquet")):
-        return "parquet"
-    return None
 
 
 def _frames(read: Callable[[str], pl.DataFrame], tables: list[str]) -> dict[str, pl.DataFrame]:

@@ -53,7 +53,7 @@ from pytest_backintel.sealed import SealedCase, SealedSuiteError, guard_reserved
 from pytest_backintel.streak import ProviderStreak
 from pytest_backintel.trial import TrialResult, run_trial
 from pytest_backintel.user_data import check_name, user_source, world_for
-from pytest_backintel.worlds import data_dir
+from pytest_backintel.worlds import World, data_dir
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class BenchSession:
         self.budget = RunBudget(self.run_dir, self.options.run_limits)
         self.streak = ProviderStreak(self.run_dir, self.options.max_provider_failures)
         self._header: dict[str, Any] = {}
-        self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
+        self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str, World]] = {}
         self.reserved_cases: dict[str, set[str]] = {}
         """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
         self.pipeline: TrialPipeline[ScenarioItem, tuple[TrialResult, str | None]] | None = None
@@ -175,20 +175,20 @@ class BenchSession:
             if key not in self._worlds:
                 world = world_for(scenario.dataset)
                 files = world.ensure_built(self.data_dir, snapshot=key[1])
-                self._worlds[key] = (files, world.data_hash(files))
-            return self._worlds[key]
+                self._worlds[key] = (files, world.data_hash(files), world)
+            return self._worlds[key][:2]
 
     def verify_data(self, scenario: Scenario) -> list[str]:
         """Problems with the scenario's pinned data files (acceptance fixtures), if any."""
-        world = world_for(scenario.dataset)
-        return world.verify(self.data_dir, scenario.dataset.snapshot)
+        return world_for(scenario.dataset).verify(self.data_dir, scenario.dataset.snapshot)
 
     def reference(self, item: ScenarioItem) -> Mapping[str, Any]:
         """Evaluator-owned reference values; called only after the analyst has answered."""
         if item.manifest is not None:
             return manifest_reference(item.manifest, item.scenario.id)
         files, data_hash = self.dataset(item.scenario)
-        return world_for(item.scenario.dataset).reference(item.scenario, files, data_hash)
+        world = self._worlds[(item.scenario.dataset.world, item.scenario.dataset.snapshot)][2]
+        return world.reference(item.scenario, files, data_hash)
 
     # -- terminal ---------------------------------------------------------------------------
     def sandbox_description(self) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from stores.base import (
 )
 from stores.caps import cell_cap, sqlite_capped_query, sqlite_collect, statement_body
 from stores.fingerprint import file_sha256
+from stores.logical_cache import LogicalCache
 from stores.once import OnceMap
 from stores.sqlite_build import TemplateCache, quote_ident
 from stores.sqlite_fingerprint import (
@@ -256,14 +257,13 @@ class SQLiteProvisionedStore(ProvisionedStore):
         store_id: str,
         timeout_s: float,
         on_teardown: Callable[[str], object] | None = None,
-        logical_cache: OnceMap[str, str] | None = None,
+        logical_cache: LogicalCache | None = None,
     ) -> None:
         self.store_id = store_id
         self._path = path
         self._timeout_s = timeout_s
         self._on_teardown = on_teardown
-        self._logical_cache = OnceMap[str, str]() if logical_cache is None else logical_cache
-        """Logical fingerprint by physical hash: the same bytes always hold the same content."""
+        self._logical_cache = LogicalCache() if logical_cache is None else logical_cache
         self._sessions: list[SQLiteSession] = []
         self._torn_down = False
         self._pristine: tuple[os.stat_result, str] | None = None
@@ -336,7 +336,8 @@ class SQLiteStore(Store):
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
         self._templates = TemplateCache(self.workdir)
         self._live: dict[str, SQLiteProvisionedStore] = {}
-        self._logical_cache = OnceMap[str, str]()
+        self._logical_cache = LogicalCache(self.workdir.parent / "logical", backend=self.name)
+        """Shared by every process of this backend on the machine (`stores.logical_cache`)."""
         self._template_hashes = OnceMap[tuple[str, int, int, int], str]()
 
     def provision(self, dataset: DatasetFiles) -> SQLiteProvisionedStore:

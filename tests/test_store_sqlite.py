@@ -528,3 +528,31 @@ def test_tree_hash_sees_content_and_names(tmp_path: Path) -> None:
     second = tree_sha256(tmp_path / "d")
     (tmp_path / "d" / "x.parquet").rename(tmp_path / "d" / "y.parquet")
     assert len({first, second, tree_sha256(tmp_path / "d")}) == 3
+
+
+def test_a_logical_fingerprint_is_computed_once_per_machine(
+    tmp_path: Path, dataset: DatasetFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A later process of the backend (a new `SQLiteStore` on the same data folder) reads the
+    logical fingerprint of the same bytes from disk; a damaged cache entry is computed again."""
+    first = SQLiteStore(tmp_path / "work" / "1")
+    item = first.provision(dataset)
+    expected = item.fingerprint()
+    item.teardown()
+    (entry,) = (tmp_path / "work" / "logical").iterdir()
+    assert entry.read_text() == expected.logical
+
+    def scan(conn: sqlite3.Connection) -> str:
+        raise AssertionError("the tables were scanned again")
+
+    monkeypatch.setattr("stores.sqlite.sqlite_logical_fingerprint", scan)
+    item = SQLiteStore(tmp_path / "work" / "2").provision(dataset)
+    assert item.fingerprint() == expected
+    item.teardown()
+
+    entry.write_text("not a digest")
+    monkeypatch.undo()
+    item = SQLiteStore(tmp_path / "work" / "3").provision(dataset)
+    assert item.fingerprint() == expected
+    assert entry.read_text() == expected.logical
+    item.teardown()

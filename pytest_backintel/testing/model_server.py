@@ -136,6 +136,10 @@ class Received:
     usage: tuple[int, int] | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     """The request's chat messages as sent (system, user, assistant and tool turns)."""
+    received_at: float = 0.0
+    """`time.time()` when the request arrived."""
+    answered_at: float | None = None
+    """`time.time()` when its reply was sent (None: no reply, or not yet)."""
 
 
 @dataclass
@@ -196,6 +200,9 @@ def _completion(model: str, step: Step, index: int) -> dict[str, Any]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    """Headers and body go out as two writes: with Nagle's algorithm on, the body would wait
+    for the client's delayed ACK, some 40 ms per request that no real provider adds."""
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
@@ -246,6 +253,7 @@ class _Handler(BaseHTTPRequestHandler):
                 tools,
                 "",
                 messages=list(messages),
+                received_at=time.time(),
             )
             state.requests.append(seen)
         if script is None or index >= len(script.steps):
@@ -261,6 +269,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         seen.reply, seen.usage = "ok", step.usage
         self._send(200, _completion(str(request.get("model")), step, index))
+        seen.answered_at = time.time()
 
     def _fail(self, failure: Failure, seen: Received) -> None:
         if failure.kind == "hang":

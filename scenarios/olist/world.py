@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import polars as pl
-
-from scenarios.olist.generator import OlistConfig, generate
+from scenarios.olist.config import OlistConfig
 from scenarios.worlds import Oracle, World
+
+if TYPE_CHECKING:  # the generator (numpy, polars) is imported to build the data, not to look it up
+    import polars as pl
 
 __all__ = ["GENERATOR_MODULES", "OlistWorld"]
 
@@ -71,6 +72,8 @@ class OlistWorld(World):
 
     def generate(self, snapshot: str) -> dict[str, pl.DataFrame]:
         self._check_snapshot(snapshot)
+        from scenarios.olist.generator import generate
+
         return generate(self.olist_config)
 
     @property
