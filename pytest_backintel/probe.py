@@ -126,13 +126,8 @@ class Probes:
     ) -> list[DataProbe]:
         """The probes of `files` on `backend`: a Parquet dataset, or a user's SQLite, DuckDB,
         CSV or PostgreSQL source (`data_hash` names its perturbed copies)."""
-        from pytest_backintel.perturb import source_form
-
-        form = source_form(files)
-        if form is None and not _is_postgres_clone(backend):
-            return []  # no data of a form the probe can copy: tables-read check only
         key = (spec, str(files.parquet_dir))
-        return self._probes.get(key, lambda: self._build(backend, files, python, form, data_hash))
+        return self._probes.get(key, lambda: self._build(backend, files, python, data_hash))
 
     def warm(
         self,
@@ -174,9 +169,13 @@ class Probes:
         backend: Store,
         files: DatasetFiles,
         python: PythonFactory | None,
-        form: str | None,
         data_hash: str | None,
     ) -> list[DataProbe]:
+        from pytest_backintel.perturb import source_form
+
+        form = source_form(files)
+        if form is None and not _is_postgres_clone(backend):
+            return []  # no data of a form the probe can copy: tables-read check only
         probes = []
         for salt in SALTS:
             try:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextvars
-import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +32,7 @@ from pytest_backintel.rules import answer_rules
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring import Reason, TrialScore, score_answer
 from pytest_backintel.tolerance import tolerance_for
+from pytest_backintel.watchdog import WatchdogTimeout, run_with_limit
 from stores.base import ProvisionedStore, StoreError
 
 __all__ = ["ItemPythonLike", "TrialResult", "calibration_key", "run_trial"]
@@ -118,30 +117,18 @@ _CONTRACT = (
 
 
 def _call(analyst: Analyst, task: AnalystTask) -> Any:
-    """`analyst.answer(task)`; a custom analyst runs in a watchdog thread, so a hung one is
-    stopped at the wall-clock limit (the thread is abandoned, the run goes on)."""
+    """`analyst.answer(task)`; a custom analyst runs in a watchdog thread
+    (`pytest_backintel.watchdog`), so a hung one is stopped at the wall-clock limit (its
+    thread is abandoned, the run goes on)."""
     if analyst.kind != "custom":
         return analyst.answer(task)
-    done: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            done["run"] = analyst.answer(task)
-        except BaseException as exc:  # handed to the caller below
-            done["error"] = exc
-
-    context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(target,), daemon=True)
-    thread.start()
-    thread.join(task.limits.wall_time_s)
-    if thread.is_alive():
+    try:
+        return run_with_limit(lambda: analyst.answer(task), task.limits.wall_time_s)
+    except WatchdogTimeout:
         raise AnalystTimeout(
             f"the custom analyst did not return within {task.limits.wall_time_s}s "
             "(--analyst-timeout); it was abandoned"
-        )
-    if "error" in done:
-        raise done["error"]
-    return done["run"]
+        ) from None
 
 
 def _ask(analyst: Analyst, task: AnalystTask) -> tuple[AnalystRun | None, Reason | None]:

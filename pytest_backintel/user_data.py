@@ -213,6 +213,8 @@ class UserSource:
 
 
 _SOURCES: dict[str, UserSource] = {}
+_BY_BINDING: dict[DatasetBinding, UserSource] = {}
+"""Equal bindings (fields and the folder they are relative to) name the same source."""
 
 
 def user_source(binding: DatasetBinding) -> UserSource | None:
@@ -220,8 +222,11 @@ def user_source(binding: DatasetBinding) -> UserSource | None:
     registered world."""
     if binding.source_kind is None:
         return None
+    if (known := _BY_BINDING.get(binding)) is not None:  # asked for several times per trial
+        return known
     source = UserSource(binding)
-    return _SOURCES.setdefault(source.key, source)
+    source = _BY_BINDING[binding] = _SOURCES.setdefault(source.key, source)
+    return source
 
 
 def check_name(names: dict[str, str], source: UserSource) -> None:

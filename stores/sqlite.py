@@ -62,6 +62,8 @@ from stores.sqlite_policy import (
 
 __all__ = ["SQLiteProvisionedStore", "SQLiteSession", "SQLiteStore", "sqlite_logical_fingerprint"]
 
+PRISTINE_MTIME_NS = 1_000_000_000
+"""The mtime a fresh copy gets (1970-01-01T00:00:01Z): a write sets the present instead."""
 _PROGRESS_STEPS = 1000
 _MAX_COLUMNS = 900
 """The wrapping query doubles the columns; SQLite allows 2000 in a result."""
@@ -267,8 +269,10 @@ class SQLiteProvisionedStore(ProvisionedStore):
         self._sessions: list[SQLiteSession] = []
         self._torn_down = False
         self._pristine: tuple[os.stat_result, str] | None = None
-        """The copy's stat and its template's hash, right after provisioning: the first
-        fingerprint of an untouched copy is the template's, without hashing it again."""
+        """The copy's stat right after provisioning and its template's hash. While the file's
+        inode, size, mode, mtime (set to `PRISTINE_MTIME_NS`, which any write moves to the
+        present) and ctime (which every write, chmod or utime moves) are those, nothing has
+        written it, and its hash is the template's without reading it again."""
 
     @property
     def mount_path(self) -> Path:
@@ -287,12 +291,12 @@ class SQLiteProvisionedStore(ProvisionedStore):
     def fingerprint(self) -> Fingerprint:
         """Logical and physical hashes; the logical one read through a private connection."""
         self._check_live()
-        pristine, self._pristine = self._pristine, None
-        physical = (
-            pristine[1]
-            if pristine is not None and _same_file_state(pristine[0], self._path.stat())
-            else file_sha256(self._path)
-        )
+        pristine = self._pristine
+        if pristine is not None and _same_file_state(pristine[0], self._path.stat()):
+            physical = pristine[1]
+        else:
+            self._pristine = None  # written once: hashed from now on
+            physical = file_sha256(self._path)
         logical = self._logical_cache.get(physical, lambda: self._logical(physical))
         return Fingerprint(logical=logical, physical=physical)
 
@@ -361,6 +365,7 @@ class SQLiteStore(Store):
         try:
             shutil.copyfile(source, dest)
             dest.chmod(0o444)
+            os.utime(dest, ns=(PRISTINE_MTIME_NS, PRISTINE_MTIME_NS))
             store._pristine = (dest.stat(), self._template_hash(source))
         except OSError as exc:
             store.teardown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import time
@@ -556,3 +557,25 @@ def test_a_logical_fingerprint_is_computed_once_per_machine(
     assert item.fingerprint() == expected
     assert entry.read_text() == expected.logical
     item.teardown()
+
+
+def test_a_write_that_puts_mode_and_mtime_back_still_moves_the_fingerprint(
+    provisioned: SQLiteProvisionedStore,
+) -> None:
+    """An untouched copy is recognised by its stat (not hashed again); a write that restores
+    the copy's mode and mtime afterwards still changes its ctime, so it is hashed."""
+    before = provisioned.fingerprint()
+    path = provisioned.mount_path
+    state = path.stat()
+    assert provisioned.fingerprint() == before
+    path.chmod(0o644)
+    writer = sqlite3.connect(path)
+    writer.execute("UPDATE orders SET amount = 0 WHERE amount IS NULL")
+    writer.commit()
+    writer.close()
+    path.chmod(0o444)
+    os.utime(path, ns=(state.st_atime_ns, state.st_mtime_ns))
+    after = provisioned.fingerprint()
+    assert path.stat().st_mtime_ns == state.st_mtime_ns
+    assert after.physical == file_sha256(path) != before.physical
+    assert after.logical != before.logical
