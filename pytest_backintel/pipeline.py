@@ -16,14 +16,22 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["Prepared", "TrialPipeline"]
+__all__ = ["AUTO_CONCURRENCY", "Prepared", "TrialPipeline", "trials_in_flight"]
 
 K = TypeVar("K")
 R = TypeVar("R")
 
+AUTO_CONCURRENCY = 4
+"""Trials in flight per process for a model analyst under `--concurrency auto` (the default):
+model latency dominates, so a few run at once; calibration and custom analysts run serially."""
 LOOKAHEAD = 4
 """Prepared-but-unreported trials kept at most, as a multiple of N (bounds memory when one slow
 trial holds up the reports behind it)."""
+
+
+def trials_in_flight(option: int | None, analyst_kind: str) -> int:
+    """`--concurrency N`, or for `auto` (None) `AUTO_CONCURRENCY` with a model analyst, else 1."""
+    return option or (AUTO_CONCURRENCY if analyst_kind == "model" else 1)
 
 
 @dataclass

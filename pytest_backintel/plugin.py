@@ -68,6 +68,14 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput["backintel_run_id"] = node.config.stash[SESSION_KEY].run_id
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist controller: every worker kept as many items ahead as it runs trials at once."""
+    from pytest_backintel.xdist_schedule import scheduler_for
+
+    return scheduler_for(config, config.stash[SESSION_KEY].concurrency, log)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[SESSION_KEY].start()
 

@@ -33,7 +33,7 @@ from pytest_backintel.judging import check_judge, judge_trial
 from pytest_backintel.manifests import manifest_reference
 from pytest_backintel.options import BenchOptions, read_options
 from pytest_backintel.outcomes import Outcome
-from pytest_backintel.pipeline import LOOKAHEAD, TrialPipeline
+from pytest_backintel.pipeline import LOOKAHEAD, TrialPipeline, trials_in_flight
 from pytest_backintel.probe import DataProbe, Probes
 from pytest_backintel.records import (
     RecordWriter,
@@ -60,10 +60,6 @@ if TYPE_CHECKING:
     from pytest_backintel.tracing import Tracing
 
 __all__ = ["SESSION_KEY", "BenchSession"]
-
-AUTO_CONCURRENCY = 4
-"""Trials in flight per process for a model analyst under `--concurrency auto` (the default):
-model latency dominates, so a few run at once; calibration and custom analysts run serially."""
 
 
 class BenchSession:
@@ -227,10 +223,14 @@ class BenchSession:
         """With `--concurrency` above 1 (or `auto` for a model analyst), trials run ahead."""
         if self.config.option.collectonly:
             return
-        size = self.options.concurrency or (AUTO_CONCURRENCY if self.analyst.kind == "model" else 1)
+        size = self.concurrency
         if size > 1 and self.pipeline is None:
             self.tracing.start()  # instrument agents once, before any worker thread runs one
             self.pipeline = TrialPipeline(size, self.prepare_trial)
+
+    @property
+    def concurrency(self) -> int:
+        return trials_in_flight(self.options.concurrency, self.analyst.kind)
 
     def check_analyst(self, model: bool = False) -> None:
         """Load the analyst (a usage error if bad); with `model` check its model too."""

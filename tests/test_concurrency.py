@@ -49,6 +49,8 @@ class Slow:
             IN_FLIGHT[0] += 1
             IN_FLIGHT[1] = max(IN_FLIGHT)
             print(f"in flight: {IN_FLIGHT[1]}", flush=True)
+            with open(f"{os.environ['SLOW_ANALYST_CALLS']}.{os.getpid()}.most", "w") as most:
+                most.write(str(IN_FLIGHT[1]))
         delay = int(hashlib.sha256(task.question.encode()).hexdigest(), 16) % 5 * 0.1
         time.sleep(0.2 + delay)
         with task.connect() as session:
@@ -141,6 +143,9 @@ def test_concurrency_per_xdist_worker(project: pytest.Pytester) -> None:
     assert {r["worker"] for r in spread_records} == {"gw0", "gw1"}
     counts = serial.parseoutcomes()
     spread.assert_outcomes(passed=counts["passed"], failed=counts["failed"])
+    # each worker was kept 4 items ahead (xdist alone keeps 2 pending once items take 0.1 s)
+    most = [int(p.read_text()) for p in project.path.glob("calls.txt.*.most")]
+    assert len(most) == 3 and sorted(most)[1:] == [4, 4], most  # the serial run's, then gw0, gw1
 
 
 def test_a_stopped_run_cleans_up_the_trials_it_started_ahead(

@@ -3,13 +3,17 @@ request answered after `BACKINTEL_BENCH_LATENCY` seconds (default 1), through th
 provider path (`--model openai:… --model-base-url …`), at several concurrencies in one process
 and with xdist workers.
 
-Printed per setting: wall time, ideal time (samples x requests x latency / concurrency), their
-ratio, and the peak memory of the whole process tree (sampled from /proc). Nothing asserted.
+Printed per setting: wall time (from starting pytest to its exit), ideal time (samples x
+requests x latency / concurrency), their ratio, the floor of that ratio (trials are whole: 40
+trials of 4 requests in 16 slots take three rounds, 12 s), when the first model request
+arrived, how long the process ran after the last answer, and the peak memory of the whole
+process tree (sampled from /proc). Nothing asserted.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -75,13 +79,15 @@ def _tree_rss_kb(root: int) -> int:
     return sum(rss.get(pid, 0) for pid in tree)
 
 
-def _run(server: ModelServer, results: Path, args: list[str]) -> tuple[float, int, str]:
+def _run(
+    server: ModelServer, results: Path, args: list[str]
+) -> tuple[float, int, str, float, float]:
     command = [
         *(sys.executable, "-m", "pytest", str(SCENARIO)),
         *("--model", "openai:bench", "--model-base-url", server.url, "-q"),
         *("--trials", str(SAMPLES), f"--results-dir={results}", *args),
     ]
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     peak, done = [0], threading.Event()
 
@@ -96,7 +102,10 @@ def _run(server: ModelServer, results: Path, args: list[str]) -> tuple[float, in
     done.set()
     sampler.join()
     last = out.strip().splitlines()[-1] if out.strip() else f"exit {process.returncode}"
-    return wall, peak[0] // 1024, last
+    mine = [r for r in server.requests if r.received_at >= started_at]
+    first = min((r.received_at for r in mine), default=started_at) - started_at
+    answered = max((r.answered_at or 0.0 for r in mine), default=started_at) - started_at
+    return wall, peak[0] // 1024, last, first, wall - answered
 
 
 def test_latency_bound_runs_against_the_test_server(
@@ -108,13 +117,18 @@ def test_latency_bound_runs_against_the_test_server(
     with ModelServer() as server:
         _script(server, value)
         for label, args, in_flight in SETTINGS:
-            wall, peak_mb, last = _run(server, tmp_path / label.replace(" ", "_"), args)
-            ideal = SAMPLES * REQUESTS * LATENCY_S / in_flight
-            rows.append((label, wall, ideal, peak_mb, last))
+            run = _run(server, tmp_path / label.replace(" ", "_"), args)
+            rows.append((label, SAMPLES * REQUESTS * LATENCY_S / in_flight, *run))
     with capsys.disabled():  # the table is printed even without -s
         print(f"\n{SAMPLES} samples x {REQUESTS} requests, {LATENCY_S:g} s per request")
-        print(f"{'setting':<30} {'wall s':>7} {'ideal s':>8} {'ratio':>6} {'peak MB':>8}  result")
-        for label, wall, ideal, peak_mb, last in rows:
+        print(
+            f"{'setting':<30} {'wall s':>7} {'ideal s':>8} {'ratio':>6} {'floor':>6} "
+            f"{'1st req s':>9} {'tail s':>7} {'peak MB':>8}  result"
+        )
+        for label, ideal, wall, peak_mb, last, first, tail in rows:
+            in_flight = SAMPLES * REQUESTS * LATENCY_S / ideal
+            floor = math.ceil(SAMPLES / in_flight) * REQUESTS * LATENCY_S  # whole rounds of trials
             print(
-                f"{label:<30} {wall:>7.1f} {ideal:>8.1f} {wall / ideal:>6.2f} {peak_mb:>8}  {last}"
+                f"{label:<30} {wall:>7.1f} {ideal:>8.1f} {wall / ideal:>6.2f} "
+                f"{floor / ideal:>6.2f} {first:>9.1f} {tail:>7.1f} {peak_mb:>8}  {last}"
             )
