@@ -145,7 +145,7 @@ def test_concurrency_per_xdist_worker(project: pytest.Pytester) -> None:
     spread.assert_outcomes(passed=counts["passed"], failed=counts["failed"])
     # each worker was kept 4 items ahead (xdist alone keeps 2 pending once items take 0.1 s)
     most = [int(p.read_text()) for p in project.path.glob("calls.txt.*.most")]
-    assert len(most) == 3 and sorted(most)[1:] == [4, 4], most  # the serial run's, then gw0, gw1
+    assert sorted(most) == [1, 4, 4], most  # the serial run's, then gw0's and gw1's
 
 
 def test_a_stopped_run_cleans_up_the_trials_it_started_ahead(
