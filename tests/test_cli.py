@@ -1,6 +1,9 @@
 """`backintel score` scores a hand-written answer as a trial would; `schema --check` guards."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +82,19 @@ def test_unknown_cases_and_malformed_answers_are_usage_errors(
 
 def test_schema_check_passes_on_the_committed_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema", "--check"]) == 0
+
+
+def test_a_reader_that_stops_early_gets_no_traceback() -> None:
+    """`backintel ... | head`: the pipe closes before the command has written everything; the
+    command stops quietly with the shell's status for SIGPIPE instead of a traceback."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "backintel"), "references", "benchmark", "--check"],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr
