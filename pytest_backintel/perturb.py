@@ -68,7 +68,6 @@ def _id_like(name: str) -> bool:
 
 def _dropped(values: pl.Series, salt: int) -> pl.Series:
     """The deterministic sample of key values that the copy drops (about one in four)."""
-
     unique = values.unique()
     return unique.filter(unique.hash(seed=salt) % DROP_ONE_IN == 0)
 

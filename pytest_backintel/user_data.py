@@ -225,8 +225,8 @@ def user_source(binding: DatasetBinding) -> UserSource | None:
     if (known := _BY_BINDING.get(binding)) is not None:  # asked for several times per trial
         return known
     source = UserSource(binding)
-    source = _BY_BINDING[binding] = _SOURCES.setdefault(source.key, source)
-    return source
+    _BY_BINDING[binding] = _SOURCES.setdefault(source.key, source)
+    return _BY_BINDING[binding]
 
 
 def check_name(names: dict[str, str], source: UserSource) -> None:

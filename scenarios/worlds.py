@@ -9,6 +9,7 @@ renamed into place only when complete, so a half-built folder is never used.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from filelock import FileLock
 
+from pytest_backintel.records import read_json, write_json
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles
 
@@ -113,21 +115,12 @@ def built_content_hash(parquet_dir: Path) -> str:
     if not (folder / COMPLETE_MARKER).is_file():
         return content_hash(parquet_dir)
     state = _files_state(parquet_dir)
-    cache = folder / DATA_HASH_FILE
-    try:
-        kept = json.loads(cache.read_text())
-        if kept.get("files") == state and isinstance(kept.get("data_hash"), str):
-            return str(kept["data_hash"])
-    except (OSError, ValueError, AttributeError):
-        pass
+    kept = read_json(folder / DATA_HASH_FILE)
+    if kept.get("files") == state and isinstance(kept.get("data_hash"), str):
+        return str(kept["data_hash"])
     digest = content_hash(parquet_dir)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{DATA_HASH_FILE}.")
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"data_hash": digest, "files": state}, fh)
-        os.replace(tmp, cache)
-    except OSError:
-        pass  # a read-only data folder: the next process hashes again
+    with contextlib.suppress(OSError):  # a read-only data folder: the next process hashes again
+        write_json(folder / DATA_HASH_FILE, {"data_hash": digest, "files": state})
     return digest
 
 
