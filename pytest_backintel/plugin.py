@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from pytest_backintel import heap
 from pytest_backintel.backends import check_stores
 from pytest_backintel.collect import ScenarioFile, ScenarioItem, is_scenario_file
 from pytest_backintel.html_report import HtmlReport, header_lines, summary_lines
@@ -56,6 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     bench = config.stash[SESSION_KEY] = BenchSession(config)
+    heap.hold()
+    config.add_cleanup(heap.release)
     config.pluginmanager.register(Progress(config, LIVE), "backintel-progress")
     if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):
         report = HtmlReport(bench.run_dir / "traces.jsonl", config.getoption("htmlpath"))
@@ -94,6 +97,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[SESSION_KEY].prepare_items(items)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    heap.freeze_after_collection(any(isinstance(i, ScenarioItem) for i in session.items))
+
+
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     return config.stash[SESSION_KEY].reserved_note
 
@@ -105,6 +113,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.config.stash[SESSION_KEY].finish(int(exitstatus))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    bench = config.stash.get(SESSION_KEY, None)  # None: configure stopped at a usage error
+    heap.freeze_at_end(bench is not None and bool(bench.records))  # before the last collections
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

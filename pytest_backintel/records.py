@@ -15,6 +15,7 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -28,8 +29,10 @@ __all__ = [
     "new_run_id",
     "package_versions",
     "read_json",
+    "read_json_lines",
     "read_records",
     "write_json",
+    "write_json_lines",
 ]
 
 PACKAGES = (
@@ -181,27 +184,38 @@ class RecordWriter:
             self._file = None
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records from a JSONL file; a torn last line (a killed writer) is skipped."""
-    records = []
+def read_json_lines(path: Path) -> list[tuple[dict[str, Any], str]]:
+    """Each line of a JSONL file with its object; a torn last line (a killed writer) is
+    skipped."""
+    rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            records.append(json.loads(line))
+            rows.append((json.loads(line), line))
         except json.JSONDecodeError:
             print(f"backintel: skipped a torn line in {path}", file=sys.stderr)
-    return records
+    return rows
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Records from a JSONL file; a torn last line (a killed writer) is skipped."""
+    return [record for record, _ in read_json_lines(path)]
+
+
+def write_json_lines(path: Path, lines: Iterable[str]) -> None:
+    """Replace `path` with these lines, atomically."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    tmp.replace(path)
 
 
 def merge_parts(run_dir: Path) -> list[dict[str, Any]]:
-    """Merge every part file into `records.jsonl`, sorted by item id; return the records."""
-    records = [
-        r
+    """Merge every part file into `records.jsonl`, sorted by item id; return the records.
+    Each line is copied as its writer wrote it (sorted keys), not serialised again."""
+    rows = [
+        row
         for part in sorted((run_dir / "parts").glob("records-*.jsonl"))
-        for r in read_records(part)
+        for row in read_json_lines(part)
     ]
-    records.sort(key=lambda r: (r.get("nodeid", ""), r.get("trial", 0)))
-    out = run_dir / "records.jsonl"
-    tmp = out.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
-    tmp.replace(out)
-    return records
+    rows.sort(key=lambda row: (row[0].get("nodeid", ""), row[0].get("trial", 0)))
+    write_json_lines(run_dir / "records.jsonl", (line for _, line in rows))
+    return [record for record, _ in rows]

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import Span, Status, StatusCode
 
 from pytest_backintel.live import LIVE
-from pytest_backintel.records import read_records
+from pytest_backintel.records import read_json_lines, write_json_lines
 
 if TYPE_CHECKING:
     from pydantic_ai.models.instrumented import InstrumentationSettings
@@ -227,16 +227,14 @@ def merge_traces(run_dir: Path) -> int | None:
     parts = sorted((run_dir / "parts").glob("traces-*.jsonl"))
     if not parts:
         return None
-    spans = [s for part in parts for s in read_records(part)]
+    spans = [
+        (str(s.get("trace_id", "")), s.get("start_ns") or 0, line)
+        for part in parts
+        for s, line in read_json_lines(part)
+    ]
     first: dict[str, int] = {}
-    for s in spans:
-        tid, start = s.get("trace_id", ""), s.get("start_ns") or 0
+    for tid, start, _ in spans:
         first[tid] = min(first.get(tid, start), start)
-    spans.sort(
-        key=lambda s: (first[s.get("trace_id", "")], s.get("trace_id", ""), s.get("start_ns") or 0)
-    )
-    out = run_dir / TRACES_FILE
-    tmp = out.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(s, sort_keys=True) + "\n" for s in spans))
-    tmp.replace(out)
+    spans.sort(key=lambda s: (first[s[0]], s[0], s[1]))
+    write_json_lines(run_dir / TRACES_FILE, (line for _, _, line in spans))
     return len(spans)
