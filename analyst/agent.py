@@ -27,6 +27,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RunUsage, UsageLimits
 
+from analyst.connections import ConnectionLimitedModel
 from analyst.loop import run_blocking
 from analyst.retries import RETRY_LOG, RetryingModel, RetryPolicy
 from analyst.schema_cache import cache_tool_schemas
@@ -298,6 +299,7 @@ class ModelAnalyst:
         name: str | None = None,
         check: Callable[[], None] = lambda: None,
         retry_policy: RetryPolicy | None = None,
+        max_connections: int | None = None,
     ) -> None:
         self.model = model
         self.name = name or _model_label(model)
@@ -305,12 +307,16 @@ class ModelAnalyst:
         self._resolved: Model | None = None
         self._check = check
         self._retry_policy = retry_policy
+        self.max_connections = max_connections
 
     def resolve(self) -> Model:
-        """The model with prices and recorded retries; a model string is resolved here, once
-        (which needs its provider's package and key)."""
+        """The model with prices, the connection limit and recorded retries (a retry's wait
+        holds no connection); a model string is resolved here, once (which needs its
+        provider's package and key)."""
         if self._resolved is None:
             priced = _priced(cache_tool_schemas(infer_model(self.model)), self.name)
+            if self.max_connections is not None:
+                priced = ConnectionLimitedModel(priced, self.max_connections)
             self._resolved = RetryingModel(priced, self._retry_policy)
         return self._resolved
 

@@ -127,4 +127,6 @@ def model_analyst(config: AnalystConfig) -> ModelAnalyst:
     model = resolve_model(config.model, config.model_base_url)
     base_url = config.model_base_url
     check = (lambda: check_reachable(base_url)) if base_url else (lambda: None)
-    return ModelAnalyst(model, name=config.model, check=check)
+    return ModelAnalyst(
+        model, name=config.model, check=check, max_connections=config.max_connections
+    )

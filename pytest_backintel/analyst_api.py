@@ -54,6 +54,8 @@ class AnalystConfig:
     model_base_url: str | None = None
     """An OpenAI-compatible server (Ollama, vLLM, llama.cpp); `model` is then its model name."""
     limits: AnalystLimits = field(default_factory=AnalystLimits)
+    max_connections: int | None = None
+    """Model requests in flight at once, across every trial of the process (None: no cap)."""
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,8 @@ class BenchOptions:
     """`--judge-model`: scores the narrative separately, uncalibrated; never the outcome."""
     concurrency: int | None = None
     """`--concurrency`: trials in flight per process (None: `auto`, chosen by analyst kind)."""
+    max_connections: int | None = None
+    """`--max-connections`: the model analyst's requests in flight at once per process."""
     freeze_baseline: str | None = None
     """`--freeze-baseline`: the commit a frozen candidate's diff is checked against (default:
     the last frozen run's commit)."""
@@ -136,6 +138,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="trials in flight per process, each reported as its own item in order "
         "(default auto: 4 for a model analyst, 1 otherwise)",
     )
+    group.addoption(
+        "--max-connections",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="model requests in flight at once per process, across its trials (default: no "
+        "cap); more trials than connections keep every connection busy",
+    )
     group.addoption("--results-dir", default="results", help="where run folders are written")
     group.addoption(
         "--run-id",
@@ -216,6 +226,7 @@ def read_options(config: pytest.Config) -> BenchOptions:
         store=config.getoption("--store"),
         trials=config.getoption("--trials"),
         concurrency=config.getoption("--concurrency"),
+        max_connections=config.getoption("--max-connections"),
         results_dir=Path(config.getoption("--results-dir")),
         run_id=config.getoption("--run-id"),
         limits=AnalystLimits(

@@ -29,9 +29,16 @@ LOOKAHEAD = 4
 trial holds up the reports behind it)."""
 
 
-def trials_in_flight(option: int | None, analyst_kind: str) -> int:
-    """`--concurrency N`, or for `auto` (None) `AUTO_CONCURRENCY` with a model analyst, else 1."""
-    return option or (AUTO_CONCURRENCY if analyst_kind == "model" else 1)
+def trials_in_flight(
+    option: int | None, analyst_kind: str, max_connections: int | None = None
+) -> int:
+    """`--concurrency N`, or for `auto` (None) with a model analyst `AUTO_CONCURRENCY` (twice
+    `--max-connections` when that is larger, so a request waits whenever one ends), else 1."""
+    if option:
+        return option
+    if analyst_kind != "model":
+        return 1
+    return max(AUTO_CONCURRENCY, 2 * (max_connections or 0))
 
 
 @dataclass

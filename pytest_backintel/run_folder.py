@@ -146,6 +146,7 @@ def run_header(
         "sandbox": sandbox,
         "trials": opts.trials,
         "concurrency": opts.concurrency,
+        "max_connections": opts.max_connections,
         "limits": vars(opts.limits) | {},
         "run_limits": vars(opts.run_limits) | {},
         "record": opts.record,

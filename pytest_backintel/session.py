@@ -106,9 +106,7 @@ class BenchSession:
             opts = self.options
             self._analyst = load_analyst(
                 opts.analyst,
-                AnalystConfig(
-                    model=opts.model, model_base_url=opts.model_base_url, limits=opts.limits
-                ),
+                AnalystConfig(opts.model, opts.model_base_url, opts.limits, opts.max_connections),
             )
         return self._analyst
 
@@ -230,7 +228,8 @@ class BenchSession:
 
     @property
     def concurrency(self) -> int:
-        return trials_in_flight(self.options.concurrency, self.analyst.kind)
+        opts = self.options
+        return trials_in_flight(opts.concurrency, self.analyst.kind, opts.max_connections)
 
     def check_analyst(self, model: bool = False) -> None:
         """Load the analyst (a usage error if bad); with `model` check its model too."""

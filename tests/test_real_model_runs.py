@@ -132,3 +132,49 @@ def test_provider_failures_are_blocked_and_stop_the_run(
     changes = {c.scenario_id: c.change for s in result.suites for c in s.cases}
     assert set(changes.values()) == {"blocked"}
     assert not result.accepted, "an unmeasured candidate cannot be accepted"
+
+
+def _most_at_once(server: ModelServer) -> int:
+    """The most requests the server was answering at one moment."""
+    events = sorted(
+        [(r.received_at, 1) for r in server.requests]
+        + [(r.answered_at or r.received_at, -1) for r in server.requests]
+    )
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.parametrize("cap", [3, None], ids=["max-connections-3", "no-cap"])
+def test_max_connections_caps_what_the_server_sees_at_once(
+    model_server: ModelServer, tmp_path: Path, cap: int | None
+) -> None:
+    case = CASES[0]
+    _, scenario = find_scenarios()[case]
+    (metric,) = scenario.metrics
+    evidence = {"id": "e1", "kind": "sql", "code": scenario.check_sql, "metrics": [metric.name]}
+    value = reference_values(case)[metric.name]
+    model_server.script(
+        f"`{metric.name}`",
+        [
+            Step.call("list_tables", delay_s=0.3),
+            Step.call("run_sql", {"sql": scenario.check_sql}, delay_s=0.3),
+            Step.answer([{"name": metric.name, "value": value, "unit": metric.unit}], [evidence]),
+        ],
+    )
+    cmd = [sys.executable, "-m", "pytest", "-m", "development", "-k", case, "-p", "no:xdist"]
+    cmd += ["--model", "openai:qwen3", "--model-base-url", model_server.url, "--trials", "9"]
+    cmd += ["--concurrency", "9", f"--results-dir={tmp_path}", "--run-id", "capped"]
+    cmd += ["--max-connections", str(cap)] if cap else []
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "capped" / "records.jsonl").open()]
+    assert [r["outcome"] for r in records] == ["pass"] * 9
+    assert len(model_server.requests) == 27
+    if cap:
+        assert _most_at_once(model_server) == cap
+        assert json.loads((tmp_path / "capped" / "run.json").read_text())["max_connections"] == 3
+    else:
+        assert _most_at_once(model_server) > 3  # what the cap above holds back

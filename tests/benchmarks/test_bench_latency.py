@@ -1,13 +1,14 @@
 """Slow models: 40 samples x 4 requests against the in-repo OpenAI-compatible test server, each
 request answered after `BACKINTEL_BENCH_LATENCY` seconds (default 1), through the real
 provider path (`--model openai:… --model-base-url …`), at several concurrencies in one process
-and with xdist workers.
+and with xdist workers, and with all 40 trials in flight sharing 16 connections
+(`--max-connections 16`).
 
 Printed per setting: wall time (from starting pytest to its exit), ideal time (samples x
 requests x latency / concurrency), their ratio, the floor of that ratio (trials are whole: 40
-trials of 4 requests in 16 slots take three rounds, 12 s), when the first model request
-arrived, how long the process ran after the last answer, and the peak memory of the whole
-process tree (sampled from /proc). Nothing asserted.
+trials of 4 requests in 16 slots take three rounds, 12 s; 160 requests on 16 connections take
+ten), when the first model request arrived, how long the process ran after the last answer,
+and the peak memory of the whole process tree (sampled from /proc). Nothing asserted.
 """
 
 from __future__ import annotations
@@ -32,13 +33,19 @@ SAMPLES, REQUESTS = 40, 4
 LATENCY_S = float(os.environ.get("BACKINTEL_BENCH_LATENCY", "1.0"))
 SCENARIO = ROOT / "scenarios" / "definitions" / "level1" / "l1-delivered-orders.scenario.yaml"
 SQL = "SELECT COUNT(*) AS delivered_orders FROM orders WHERE order_status = 'delivered'"
-SETTINGS = [  # (label, pytest arguments, trials in flight at once)
-    ("one process, concurrency 1", ["-p", "no:xdist", "--concurrency", "1"], 1),
-    ("one process, concurrency 4", ["-p", "no:xdist", "--concurrency", "4"], 4),
-    ("one process, concurrency 8", ["-p", "no:xdist", "--concurrency", "8"], 8),
-    ("one process, concurrency 16", ["-p", "no:xdist", "--concurrency", "16"], 16),
-    ("-n 4 workers, concurrency 1", ["-n", "4", "--concurrency", "1"], 4),
-    ("-n 2 workers, concurrency 8", ["-n", "2", "--concurrency", "8"], 16),
+SETTINGS = [  # (label, pytest arguments, requests in flight at once, slots hold whole trials)
+    ("one process, concurrency 1", ["-p", "no:xdist", "--concurrency", "1"], 1, True),
+    ("one process, concurrency 4", ["-p", "no:xdist", "--concurrency", "4"], 4, True),
+    ("one process, concurrency 8", ["-p", "no:xdist", "--concurrency", "8"], 8, True),
+    ("one process, concurrency 16", ["-p", "no:xdist", "--concurrency", "16"], 16, True),
+    (
+        "one process, 16 connections",
+        ["-p", "no:xdist", "--concurrency", str(SAMPLES), "--max-connections", "16"],
+        16,
+        False,
+    ),
+    ("-n 4 workers, concurrency 1", ["-n", "4", "--concurrency", "1"], 4, True),
+    ("-n 2 workers, concurrency 8", ["-n", "2", "--concurrency", "8"], 16, True),
 ]
 
 
@@ -116,18 +123,19 @@ def test_latency_bound_runs_against_the_test_server(
     rows = []
     with ModelServer() as server:
         _script(server, value)
-        for label, args, in_flight in SETTINGS:
+        for label, args, in_flight, whole in SETTINGS:
             run = _run(server, tmp_path / label.replace(" ", "_"), args)
-            rows.append((label, SAMPLES * REQUESTS * LATENCY_S / in_flight, *run))
+            rounds = math.ceil(SAMPLES / in_flight) * REQUESTS if whole else None
+            rounds = rounds or math.ceil(SAMPLES * REQUESTS / in_flight)
+            rows.append((label, SAMPLES * REQUESTS * LATENCY_S / in_flight, rounds, *run))
     with capsys.disabled():  # the table is printed even without -s
         print(f"\n{SAMPLES} samples x {REQUESTS} requests, {LATENCY_S:g} s per request")
         print(
             f"{'setting':<30} {'wall s':>7} {'ideal s':>8} {'ratio':>6} {'floor':>6} "
             f"{'1st req s':>9} {'tail s':>7} {'peak MB':>8}  result"
         )
-        for label, ideal, wall, peak_mb, last, first, tail in rows:
-            in_flight = SAMPLES * REQUESTS * LATENCY_S / ideal
-            floor = math.ceil(SAMPLES / in_flight) * REQUESTS * LATENCY_S  # whole rounds of trials
+        for label, ideal, rounds, wall, peak_mb, last, first, tail in rows:
+            floor = rounds * LATENCY_S  # whole rounds of trials, or of requests
             print(
                 f"{label:<30} {wall:>7.1f} {ideal:>8.1f} {wall / ideal:>6.2f} "
                 f"{floor / ideal:>6.2f} {first:>9.1f} {tail:>7.1f} {peak_mb:>8}  {last}"
