@@ -132,8 +132,9 @@ class IsolatedSession(StoreSession):
                     pipe.send(None)
             pipe.close()
         if proc is not None:
-            proc.join(None if kill else 5)
-            if proc.is_alive():
+            if not kill:  # told to stop: a few seconds to close its session
+                proc.join(5)
+            if proc.is_alive():  # a child stuck in its engine never reads the pipe
                 proc.kill()
             proc.join()
 

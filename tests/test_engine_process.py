@@ -5,11 +5,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from stores.base import DatasetFiles, QueryError, QueryResult, StoreSession, TableInfo
+from stores import engine_process
+from stores.base import (
+    DatasetFiles,
+    QueryError,
+    QueryResult,
+    QueryTimeout,
+    StoreSession,
+    TableInfo,
+)
 from stores.duckdb_store import DuckDBStore
 from stores.engine_process import IsolatedSession
 
@@ -28,6 +39,8 @@ class Hostile(StoreSession):
             bytearray(4 * 1024**3)
         if sql == "die":
             os._exit(9)
+        if sql == "hang":  # stuck inside the engine: the pipe is never read again
+            time.sleep(3600)
         return QueryResult(columns=["n"], rows=[(1,)])
 
     def close(self) -> None:
@@ -49,6 +62,51 @@ def test_a_child_that_dies_is_reported_and_replaced() -> None:
             s.run_sql("die")
         (second,) = s.list_tables()
         assert second != first
+
+
+def _hanging_open() -> StoreSession:
+    """An engine that never finishes opening (as a child forked while another thread held one
+    of DuckDB's locks does)."""
+    time.sleep(3600)
+    raise AssertionError("unreachable")
+
+
+def _within(seconds: float, call: Callable[[], object]) -> BaseException | None:
+    """Run `call` in a thread; what it raised, or a failure if it is still running."""
+    raised: list[BaseException | None] = [None]
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed back to the test
+            raised[0] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting for a stuck engine after {seconds} s"
+    return raised[0]
+
+
+def test_a_child_stuck_in_a_statement_is_killed_at_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(engine_process, "_GRACE_S", 0.2)
+    session = IsolatedSession(Hostile, where="test", timeout_s=0.5)  # closed only if unstuck
+    raised = _within(30, lambda: session.run_sql("hang"))
+    assert isinstance(raised, QueryTimeout), raised
+    assert "within the 0.5s limit" in str(raised)
+    assert session.run_sql("SELECT 1").rows == [(1,)]  # a fresh child serves the next one
+    session.close()
+
+
+def test_a_child_stuck_opening_its_session_is_killed_at_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(engine_process, "_GRACE_S", 0.2)
+    raised = _within(30, lambda: IsolatedSession(_hanging_open, where="test", timeout_s=0.5))
+    assert isinstance(raised, QueryTimeout), raised
+    assert "opening the session did not finish" in str(raised)
 
 
 def test_a_duckdb_item_connects_through_a_child(tmp_path: Path) -> None:
