@@ -92,7 +92,7 @@ def _postgres(report: CleanReport, dry_run: bool) -> None:
 
 def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True) -> CleanReport:
     """Remove every artefact of a gone owner (see the module docstring)."""
-    from pytest_backintel.sandbox._process import PidsCgroup
+    from pytest_backintel.sandbox.cgroup import RunCgroup
 
     report = CleanReport()
     for folder in stale_folders(data_dir):
@@ -100,7 +100,7 @@ def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True)
             _remove(folder)
         report.folders.append(folder)
     if not dry_run:
-        report.cgroups += PidsCgroup.sweep_stale()
+        report.cgroups += RunCgroup.sweep_stale()
     if postgres:
         _postgres(report, dry_run)
     return report

@@ -20,7 +20,7 @@ import pytest
 
 from pytest_backintel.cleanup import clean_stale
 from pytest_backintel.cli import main
-from pytest_backintel.sandbox._process import PidsCgroup
+from pytest_backintel.sandbox.cgroup import RunCgroup
 from stores.owner import OWNER_FILE, Owner, mark_folder
 from stores.postgres import DEFAULT_DSN
 
@@ -163,7 +163,7 @@ def test_backintel_clean_removes_only_gone_owners(
     elsewhere.mkdir(parents=True)  # named by a pid that is not running here, owned elsewhere
     (elsewhere / OWNER_FILE).write_text(json.dumps(
         {"host": "elsewhere", "boot": "", "pid": 5, "start": None}))  # fmt: skip
-    base = PidsCgroup.base()
+    base = RunCgroup.base()
     assert base is not None, "the hostile suite needs a writable pids cgroup hierarchy"
     (base / "backintel").mkdir(exist_ok=True)
     stale_group = base / "backintel" / f"{dead_pid}-cleantest"
@@ -186,7 +186,7 @@ def test_backintel_clean_removes_only_gone_owners(
         with contextlib.suppress(OSError):
             live_group.rmdir()
     # Gone: removed by this clean, or first by another xdist worker's session start, which
-    # sweeps the same stale cgroups with the same code (`PidsCgroup.sweep_stale`).
+    # sweeps the same stale cgroups with the same code (`RunCgroup.sweep_stale`).
     assert not stale_group.exists()
     assert f"removed cgroup {live_group}" not in out
     assert not gone.exists()
