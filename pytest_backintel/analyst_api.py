@@ -43,6 +43,10 @@ class AnalystLimits:
     wall_time_s: float = 600.0
     max_cost_usd: float | None = None
     """USD per trial, priced from `reports/prices.json` (None: no cost limit)."""
+    evidence_max_items: int = 20
+    """Evidence items of one answer the harness re-executes; each one beyond is unsupported."""
+    evidence_time_s: float = 120.0
+    """Seconds the harness spends re-executing one answer's evidence and its probe runs."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,13 @@ from pytest_backintel.analyst_api import (
 )
 from pytest_backintel.contract import AnalystAnswer, Refusal
 from pytest_backintel.dialects import SOURCE_DIALECT, translate
-from pytest_backintel.evidence import EvidenceResult, jsonable, reexecute
+from pytest_backintel.evidence import (
+    EvidenceBudget,
+    EvidenceClock,
+    EvidenceResult,
+    jsonable,
+    reexecute,
+)
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.probe import DataProbe
 from pytest_backintel.records import NO_USAGE_TRIAL
@@ -57,6 +63,8 @@ class TrialResult:
     latency_s: float = 0.0
     fingerprint_before: dict[str, str] = field(default_factory=dict)
     fingerprint_after: dict[str, str] = field(default_factory=dict)
+    evidence_budget: dict[str, Any] | None = None
+    """The answer's evidence budget and what re-execution spent of it (`EvidenceClock`)."""
 
     def to_record(self) -> dict[str, Any]:
         """The JSON-safe part of a run record that describes this trial."""
@@ -78,6 +86,7 @@ class TrialResult:
             "checks": [jsonable(asdict(c)) for c in self.score.checks],
             "answer": run.output.model_dump(mode="json") if run and run.output else None,
             "evidence": [e.to_json() for e in self.evidence],
+            "evidence_budget": self.evidence_budget,
             "usage": run.usage.to_json() if run else None,
             "warnings": [NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else [],
             "tool_calls": run.tool_calls if run else [],
@@ -213,17 +222,24 @@ def run_trial(
         assert run is not None
         assert run.output is not None
         if isinstance(run.output, AnalystAnswer):
+            budget = EvidenceBudget(limits.evidence_max_items, limits.evidence_time_s)
+            clock = EvidenceClock(budget)
             try:
+                chosen = probes() if probes is not None and run.output.evidence else ()
+                clock = EvidenceClock(budget)  # building the probes is the harness's time
                 result.evidence = reexecute(
                     run.output,
                     scenario,
                     store,
                     python.evidence if python else None,
-                    probes() if probes is not None and run.output.evidence else (),
+                    chosen,
+                    clock,
                 )
             except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
                 return result
+            finally:
+                result.evidence_budget = clock.to_json()
         try:
             reference = load_reference(scenario) if scenario.answerable else {}
         except Exception as exc:  # a missing or stale reference is the harness's fault
