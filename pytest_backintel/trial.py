@@ -168,6 +168,13 @@ def _ask(analyst: Analyst, task: AnalystTask) -> tuple[AnalystRun | None, Reason
     return run, None
 
 
+def _harness_bug(exc: Exception, where: str) -> TrialScore:
+    """`infra_error` for an unexpected exception out of the harness, with its traceback."""
+    return TrialScore.from_reasons(
+        [Reason(Outcome.INFRA_ERROR, str(InfraError.from_bug(exc, where)))]
+    )
+
+
 def run_trial(
     scenario: Scenario,
     trial: int,
@@ -238,6 +245,9 @@ def run_trial(
             except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
                 return result
+            except Exception as exc:  # the harness's own code failed: never the analyst's
+                result.score = _harness_bug(exc, "evidence re-execution")
+                return result
             finally:
                 result.evidence_budget = clock.to_json()
         try:
@@ -247,7 +257,11 @@ def run_trial(
                 [Reason(Outcome.INFRA_ERROR, f"no usable reference: {exc}")]
             )
             return result
-        result.score = score_answer(scenario, run.output, result.evidence, reference)
+        try:
+            result.score = score_answer(scenario, run.output, result.evidence, reference)
+        except Exception as exc:
+            result.score = _harness_bug(exc, "scoring")
+            return result
     try:
         after = store.fingerprint()
     except StoreError as exc:

@@ -66,6 +66,7 @@ from stores.pg_config import DEFAULT_DSN, INITDB
 from stores.pg_sweep import sweep_stale
 from stores.pg_types import pg_type
 from stores.plans import postgres_tables_read
+from stores.pyvalues import column_values
 
 __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
 
@@ -93,11 +94,12 @@ def _with_db(dsn: str, db: str, user: str | None = None) -> str:
 
 
 def _convert(table: pa.Table) -> list[tuple[Any, ...]]:
-    """Rows as Python values, NUMERIC (ADBC: text) converted to Decimal by column type."""
+    """Rows as Python values, NUMERIC (ADBC: text) converted to Decimal by column type, and a
+    value Python cannot hold (an infinite or far-future timestamp) as text (`column_values`)."""
     columns: list[list[Any]] = []
     for field, col in zip(table.schema, table.columns, strict=True):
         meta = field.metadata or {}
-        values = col.to_pylist()
+        values = column_values(col)
         if meta.get(b"POSTGRESQL:type") == b"numeric":
             values = [None if v is None else Decimal(v) for v in values]
         columns.append(values)

@@ -5,19 +5,32 @@ backend they apply to runs here; none is skipped."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
+from datetime import date, timedelta
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from analyst.agent import OUTPUT_TOOL_NAMES, ModelAnalyst
 from pytest_backintel.analyst_api import AnalystLimits, AnalystRun, AnalystTask
 from pytest_backintel.contract import AnalystAnswer
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.trial import TrialResult, run_trial
-from stores.base import DatasetFiles, ProvisionedStore, Store
+from stores.base import (
+    MAX_RESULT_BYTES,
+    MAX_ROWS,
+    DatasetFiles,
+    Fingerprint,
+    ProvisionedStore,
+    QueryResult,
+    Store,
+    StoreSession,
+    TableInfo,
+)
 from stores.registry import load_store_class
 
 BACKENDS = ["sqlite", "duckdb", "postgres"]
@@ -116,3 +129,119 @@ def test_evidence_items_beyond_the_cap_are_unsupported_naming_it(item: Provision
         "(--evidence-max-items)"
     )
     assert beyond.to_record()["evidence_budget"]["stopped_by"] == "max_items"
+
+
+UNCONVERTIBLE: dict[str, list[str]] = {
+    "postgres": [
+        "SELECT 'infinity'::timestamp AS t",
+        "SELECT '-infinity'::timestamptz AS t",
+        "SELECT 'infinity'::date AS d, '-infinity'::date AS e",
+        "SELECT '20000-01-01 12:34:56'::timestamp AS far, '20000-01-01'::date AS day",
+        "SELECT 'NaN'::numeric AS n, 'Infinity'::float8 AS f, 1e500::numeric AS huge",
+    ],
+    "duckdb": [
+        "SELECT 'infinity'::timestamp AS t",
+        "SELECT '-infinity'::date AS d",
+        "SELECT '20000-01-01'::timestamp AS far",
+        "SELECT 'nan'::double AS n, 'inf'::double AS f, " + "9" * 38 + "::decimal(38,0) AS h",
+    ],
+    "sqlite": ["SELECT 9e999 AS f, -9e999 AS g", "SELECT 0.0 / 0 AS n, 10000000000000000000 AS h"],
+}
+EXPECTED: dict[str, list[str]] = {
+    "postgres": ["infinity", "-infinity", "infinity\t-infinity",
+                 "20000-01-01 12:34:56\t20000-01-01", "NaN\tinf\t1" + "0" * 500],
+    # DuckDB's Python client gives its infinities as datetime.max and date.min
+    "duckdb": ["9999-12-31 23:59:59.999999", "0001-01-01", "20000-01-01", "nan\tinf\t" + "9" * 38],
+    "sqlite": ["inf\t-inf", "NULL\t1e+19"],
+}  # fmt: skip
+
+
+def scripted(statements: list[str], seen: list[str]) -> FunctionModel:
+    """A model that runs each statement through `run_sql`, records what came back, answers."""
+    queue = [ToolCallPart("run_sql", {"sql": s}) for s in statements]
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        if isinstance(last, ModelRequest):
+            seen.extend(str(p.content) for p in last.parts if p.part_kind == "tool-return")
+        if queue:
+            return ModelResponse(parts=[queue.pop(0)])
+        answer = answer_with([HONEST]).model_dump(mode="json")
+        return ModelResponse(parts=[ToolCallPart(OUTPUT_TOOL_NAMES[0], answer)])
+
+    return FunctionModel(respond)
+
+
+def test_values_a_store_cannot_convert_come_back_to_the_analyst(
+    item: ProvisionedStore, request: pytest.FixtureRequest
+) -> None:
+    backend = item.backend
+    seen: list[str] = []
+    analyst = ModelAnalyst(scripted(UNCONVERTIBLE[backend], seen), name="hostile")
+    result = run_trial(
+        SCENARIO, 1, item, analyst, AnalystLimits(wall_time_s=60), lambda _: {"n": 3}
+    )
+    assert result.score.outcome is Outcome.PASS, result.score.reasons
+    assert len(seen) == len(UNCONVERTIBLE[backend])
+    for text, expected in zip(seen, EXPECTED[backend], strict=True):
+        assert expected in text, (expected, text)
+        assert not text.startswith("ERROR"), text
+
+
+class BuggySession(StoreSession):
+    """A real session whose result conversion fails the way stores/postgres.py's did on
+    `'infinity'::timestamp` before it named such values: an exception out of harness code."""
+
+    def __init__(self, inner: StoreSession) -> None:
+        self.inner = inner
+
+    def list_tables(self) -> list[str]:
+        return self.inner.list_tables()
+
+    def describe_table(self, name: str) -> TableInfo:
+        return self.inner.describe_table(name)
+
+    def run_sql(
+        self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
+    ) -> QueryResult:
+        if "infinity" in sql:
+            date(2000, 1, 1) + timedelta(days=10**9)  # OverflowError, as the old conversion
+        return self.inner.run_sql(sql, max_rows, max_bytes)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class BuggyItem(ProvisionedStore):
+    def __init__(self, inner: ProvisionedStore) -> None:
+        self.inner = inner
+        self.backend = inner.backend
+        self.store_id = inner.store_id
+
+    def connect(self) -> StoreSession:
+        return BuggySession(self.inner.connect())
+
+    def fingerprint(self) -> Fingerprint:
+        return self.inner.fingerprint()
+
+    def teardown(self) -> None:
+        self.inner.teardown()
+
+
+def test_an_exception_out_of_harness_code_is_infra_error_with_its_traceback(
+    item: ProvisionedStore,
+) -> None:
+    if item.backend != "sqlite":
+        pytest.skip("one backend shows the harness's handling; the store does not matter")
+    analyst = ModelAnalyst(scripted(["SELECT 'infinity' AS t"], []), name="hostile")
+    result = run_trial(SCENARIO, 1, BuggyItem(item), analyst, AnalystLimits(), lambda _: {"n": 3})
+    (reason,) = result.score.reasons
+    assert result.score.outcome is Outcome.INFRA_ERROR, result.score.reasons
+    assert "the harness failed in a store tool (OverflowError" in reason.message
+    assert "Traceback (most recent call last)" in reason.message
+    assert "timedelta(days=10**9)" in reason.message
+    # control: the same trial without the fault passes
+    clean = ModelAnalyst(scripted(["SELECT 'infinity' AS t"], []), name="hostile")
+    assert run_trial(
+        SCENARIO, 1, item, clean, AnalystLimits(), lambda _: {"n": 3}
+    ).score.outcome is (Outcome.PASS)
