@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import orders_store
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -33,7 +34,6 @@ from stores.base import (
     TableInfo,
 )
 from stores.registry import load_store_class
-from tests.helpers import orders_store
 
 BACKENDS = ["sqlite", "duckdb", "postgres"]
 STATEMENT_S = 1.0
