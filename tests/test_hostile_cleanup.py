@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 from pytest_backintel.cleanup import clean_stale
 from pytest_backintel.cli import main
 from pytest_backintel.sandbox.cgroup import RunCgroup
+from stores.faults import FAULT_ENV
 from stores.owner import OWNER_FILE, Owner, mark_folder
 from stores.postgres import DEFAULT_DSN
 
@@ -199,3 +201,65 @@ def test_backintel_clean_removes_only_gone_owners(
     assert elsewhere.is_dir()
     assert f"removed folder {gone}" in out
     assert clean_stale(data, postgres=False).folders == []
+
+
+KILLED_AFTER_CREATE = """
+import sys
+from pathlib import Path
+import pyarrow as pa, pyarrow.parquet as pq
+from stores.base import DatasetFiles
+from stores.postgres import PostgresStore
+
+root = Path(sys.argv[1])
+(root / "parquet").mkdir(parents=True)
+pq.write_table(pa.table({"id": pa.array([1], pa.int64())}), root / "parquet" / "orders.parquet")
+store = PostgresStore(root / "work")
+store.setup_session()
+print(store.owner_role, flush=True)
+store.provision(DatasetFiles("kill", root / "parquet"))
+print("survived", flush=True)
+"""
+
+
+def marks(owner_role: str) -> list[tuple[str, str | None]]:
+    """The databases the role owns (with their comment), and the role itself."""
+    import psycopg
+
+    with psycopg.connect(DEFAULT_DSN, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT d.datname, shobj_description(d.oid, 'pg_database') FROM pg_database d "
+            "JOIN pg_roles r ON r.oid = d.datdba WHERE r.rolname = %s "
+            "UNION ALL SELECT rolname, 'role' FROM pg_roles WHERE rolname = %s",
+            (owner_role, owner_role),
+        ).fetchall()
+    return sorted((str(n), c) for n, c in rows)
+
+
+def test_a_kill_between_creating_and_marking_a_database_leaves_nothing_clean_misses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = os.environ | {FAULT_ENV: "postgres-database-created"}
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_CREATE, str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    owner_role = child.stdout.split()[0]
+    assert "survived" not in child.stdout
+    (database, comment), role = marks(owner_role)
+    assert comment is None  # killed before COMMENT ON DATABASE: only its owner role marks it
+    assert role == (owner_role, "role")
+    assert re.fullmatch(r"bi_[0-9a-f]{12}", database)
+    assert main(["clean", "--data-dir", str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
+    assert marks(owner_role) == []
+    assert database in out
+    assert owner_role in out
+    # control: without the fault the same program provisions and lives on
+    ok = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_CREATE + "store.teardown_session()\n",
+         str(tmp_path / "ok")], capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.split() == [ok.stdout.split()[0], "survived"]
+    assert marks(ok.stdout.split()[0]) == []  # the graceful end removed its own
