@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_backintel.cleanup import remove_folder
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.user_data import binding_problem, source_store_spec, user_source
 from stores.base import Store
@@ -106,6 +107,8 @@ class StoreBackends:
         return self._stores[key]
 
     def teardown(self) -> None:
+        """Tear every backend down and remove its per-process folder."""
         stores, self._stores = self._stores, {}
         for store in stores.values():
             store.teardown_session()
+            remove_folder(store.workdir)

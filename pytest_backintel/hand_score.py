@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_backintel.backends import StoreBackends, backend_for, store_spec
+from pytest_backintel.cleanup import remove_folder
 from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
 from pytest_backintel.evidence import EvidenceResult, reexecute
 from pytest_backintel.item_python import evidence_runner
@@ -104,6 +105,7 @@ class HandScorer:
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
             self._sandboxes = None
+        remove_folder(self.data_dir / "sandbox" / f"score-{os.getpid()}")
 
 
 SCORED = {

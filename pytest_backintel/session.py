@@ -18,7 +18,7 @@ from pytest_backintel.analysts import AnalystLoadError, load_analyst, spec_kind
 from pytest_backintel.backends import StoreBackends, backend_for, store_spec
 from pytest_backintel.budget import RunBudget
 from pytest_backintel.cassettes import case_key, write_cassette
-from pytest_backintel.cleanup import clean_stale_in_background
+from pytest_backintel.cleanup import clean_stale_in_background, remove_folder
 from pytest_backintel.collect import ScenarioFailure, ScenarioItem
 from pytest_backintel.freeze import (
     FreezeError,
@@ -380,6 +380,7 @@ class BenchSession:
             self._sweep.join()
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
+        remove_folder(self.data_dir / "sandbox" / f"{os.getpid()}")  # also after Ctrl-C
         if not self.is_controller or not self.run_dir.exists():
             return
         records = merge_parts(self.run_dir) if any(self.run_dir.glob("parts/records-*")) else []

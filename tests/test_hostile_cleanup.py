@@ -71,6 +71,33 @@ def leftovers(data: Path, pid: int) -> dict[str, list[str]]:
     return found
 
 
+def own_folders(data: Path, pid: int) -> list[Path]:
+    """The per-process store and sandbox folders of `pid`."""
+    return sorted([*data.glob(f"stores/*/{pid}"), *data.glob(f"sandbox/{pid}")])
+
+
+def test_a_graceful_stop_removes_its_folders(tmp_path: Path, data: Path) -> None:
+    (tmp_path / "hang_analyst.py").write_text(HANG)
+    ready = tmp_path / "ready.json"
+    env = os.environ | {"BACKINTEL_DATA_DIR": str(data), "HANG_READY": str(ready),
+                        "PYTHONPATH": str(tmp_path)}  # fmt: skip
+    run = pytest_run(tmp_path, "--analyst", "hang_analyst:factory", "--store", "sqlite", env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not (ready.exists() and leftovers(data, run.pid)["sandbox"]):
+            assert run.poll() is None, run.stdout.read().decode() if run.stdout else ""
+            assert time.monotonic() < deadline, "the run never reached the sandbox"
+            time.sleep(0.2)
+        assert own_folders(data, run.pid) != []  # control: the run made them
+        run.send_signal(signal.SIGINT)
+        out = run.communicate(timeout=120)[0].decode()
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode != 0, out
+    assert own_folders(data, run.pid) == [], out
+
+
 def databases(store_id: str) -> list[str]:
     import psycopg
 
@@ -130,6 +157,7 @@ def test_next_run_removes_what_a_killed_run_left(
     out = second.communicate(timeout=600)[0].decode()
     assert second.returncode == 0, out
     assert leftovers(data, info["pid"]) == {"stores": [], "sandbox": [], "cgroups": []}
+    assert own_folders(data, second.pid) == []  # a clean exit removes its own
     assert not (data / "stores" / store / str(info["pid"])).exists()
     assert live.is_dir()
     if store == "postgres":
