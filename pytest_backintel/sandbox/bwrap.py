@@ -95,7 +95,8 @@ class BwrapSandbox(ProviderSandbox):
 
 
 class BwrapProvider(SandboxProvider):
-    """bubblewrap sandboxes; processes are capped by a pids cgroup when one is writable."""
+    """bubblewrap sandboxes; the tree's processes, memory and CPU time are capped in total by a
+    cgroup when one is writable."""
 
     name: ClassVar[str] = "bwrap"
     bwrap_path: ClassVar[str] = "bwrap"
@@ -191,7 +192,7 @@ class BwrapProvider(SandboxProvider):
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
-        info["process_limit"] = "pids cgroup" if getattr(self, "cgroup_mode", False) else "nproc"
+        info["process_limit"] = "cgroup" if getattr(self, "cgroup_mode", False) else "nproc"
         return info
 
 
