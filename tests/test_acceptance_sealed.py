@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from pytest_backintel.cli import main
+from pytest_backintel.cli.commands import main
+from pytest_backintel.collect.sealed import SealedSuiteError
 from pytest_backintel.scenario import Scenario, Split
-from pytest_backintel.sealed import SealedSuiteError
 from scenarios.acceptance import builder as builder_module
 from scenarios.acceptance.manifest import Manifest, load_manifest
 from scenarios.acceptance.model import Case, Variant
