@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_backintel.cli import main
+from pytest_backintel.cli.commands import main
 
 DELIVERED_SQL = (
     "SELECT SUM(CASE WHEN order_status = 'delivered' THEN 1 ELSE 0 END) "
@@ -101,10 +101,10 @@ def test_a_reader_that_stops_early_gets_no_traceback() -> None:
 
 
 def test_scoring_removes_its_folders_when_it_closes(tmp_path: Path) -> None:
+    from pytest_backintel.collect.loading import load_scenario_file
+    from pytest_backintel.collect.worlds import data_dir
     from pytest_backintel.contract import parse_answer
-    from pytest_backintel.hand_score import HandScorer
-    from pytest_backintel.loading import load_scenario_file
-    from pytest_backintel.worlds import data_dir
+    from pytest_backintel.run.hand_score import HandScorer
 
     root = Path(__file__).resolve().parents[1]
     scenario = load_scenario_file(

@@ -20,8 +20,8 @@ from analyst.agent import OUTPUT_TOOL_NAMES, ModelAnalyst
 from pytest_backintel.analyst_api import AnalystLimits, AnalystRun, AnalystTask
 from pytest_backintel.contract import AnalystAnswer
 from pytest_backintel.outcomes import Outcome
+from pytest_backintel.run.trial import TrialResult, run_trial
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.trial import TrialResult, run_trial
 from stores.base import (
     MAX_RESULT_BYTES,
     MAX_ROWS,

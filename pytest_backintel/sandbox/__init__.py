@@ -14,6 +14,7 @@ from pytest_backintel.sandbox.base import (
     SandboxProvider,
     SandboxUnavailable,
 )
+from pytest_backintel.sandbox.cgroup import RunCgroup
 from pytest_backintel.sandbox.limits import LimitHit, Limits
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "ExecResult",
     "LimitHit",
     "Limits",
+    "RunCgroup",
     "Sandbox",
     "SandboxError",
     "SandboxPathError",

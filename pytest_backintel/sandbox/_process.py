@@ -27,7 +27,6 @@ from pytest_backintel.sandbox.limits import HostKill, Limits, Observed, classify
 
 __all__ = [
     "OutputBuffer",
-    "PidsCgroup",
     "RawRun",
     "run_confined",
     "run_launcher",
@@ -48,10 +47,6 @@ _POLL_S = 0.1
 
 def truncate_marker(kept: int, total: int) -> str:
     return f"\n[... output truncated: {total - kept} more bytes not shown, limit {kept} bytes]\n"
-
-
-PidsCgroup = RunCgroup
-"""The former name of `RunCgroup` (it once held only the pids controller)."""
 
 
 @dataclass
