@@ -450,3 +450,16 @@ def test_the_tree_is_stopped_at_its_total_cpu_time(bwrap: BwrapProvider, tmp_pat
         result = sandbox.exec(code, timeout=20)
     assert result.limit_hit == "cpu_time", result
     assert result.duration_s < 15
+
+
+def test_a_flood_of_empty_files_counts_against_the_disk_limit(
+    totals: BwrapProvider | SubprocessProvider, tmp_path: Path
+) -> None:
+    # Each file counts at least one 4 KiB block: 16 MB is 4096 empty files.
+    code = "import os\nfor n in range(100_000):\n    open(f'e{n}', 'w').close()\nprint('done')\n"
+    with totals.open(None, tmp_path) as sandbox:
+        result = sandbox.exec(code, limits=TOTAL_LIMITS.with_(disk_mb=16))
+        made = sum(1 for _ in sandbox.workspace.iterdir())
+    assert result.limit_hit == "disk", result
+    assert "done" not in result.stdout
+    assert 4096 < made < 100_000
