@@ -27,7 +27,7 @@ from pytest_backintel.evidence import EvidenceResult, jsonable, reexecute
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.probe import DataProbe
 from pytest_backintel.records import NO_USAGE_TRIAL
-from pytest_backintel.refusals import countable_synonyms
+from pytest_backintel.refusals import countable_synonyms, refusal_verdict
 from pytest_backintel.rules import answer_rules
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring import Reason, TrialScore, score_answer
@@ -76,6 +76,7 @@ class TrialResult:
                 for r in self.score.reasons
             ],
             "checks": [jsonable(asdict(c)) for c in self.score.checks],
+            "refusal": refusal_verdict(self.scenario, run.output if run else None),
             "answer": run.output.model_dump(mode="json") if run and run.output else None,
             "evidence": [e.to_json() for e in self.evidence],
             "usage": run.usage.to_json() if run else None,
