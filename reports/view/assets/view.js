@@ -138,6 +138,7 @@
       fact("tokens in / out", h.input_tokens + " / " + h.output_tokens),
       fact("cost", cost(h.cost_usd)),
     ]);
+    $("charts-box").hidden = !index.charts.length;
     index.charts.forEach((c) => {
       const img = document.createElement("img");
       img.alt = c.title;
@@ -425,7 +426,6 @@
             "suite",
             el("h3", "", "suite " + s.stats.split + " ", badge(verdictOf(s.stats))),
             el("p", "counts", Object.keys(s.counts).sort().map((k) => k + " " + s.counts[k]).join(", ")),
-            table("stats", ["statistic", "value"], Object.keys(s.stats).map((k) => [k, statValue(s.stats[k])])),
             table(
               "pairs",
               ["case", "change", "baseline", "candidate", ""],
@@ -438,6 +438,7 @@
                   return [cell("case", k.case), cell("change", badge(k.change)), k.baseline.outcomes.join(", "), k.candidate.outcomes.join(", "), button];
                 }),
             ),
+            table("stats", ["statistic", "value"], Object.keys(s.stats).map((k) => [k, statValue(s.stats[k])])),
           ),
         ),
       );
