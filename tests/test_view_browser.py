@@ -39,6 +39,14 @@ def _several_hundred(tmp_path: Path, name: str = "run") -> Path:
     records = synthetic_records(300, run_id=name)
     records[7] = detailed_record("synthetic-00007", "wrong_value", run_id=name, trial=1)
     records[8] = detailed_record("synthetic-00008", "pass", run_id=name, trial=1)
+    refused = record("synthetic-00009", "unhelpful_refusal", answerable=False, trial=1)
+    refused["answer"] = {"status": "refused", "missing": ["ages"], "explanation": "No ages."}
+    refused["refusal"] = {
+        "forbidden_metric": "average_customer_age",
+        "refused": True,
+        "concepts": [{"synonyms": ["birth date", "date of birth"], "named": False}],
+    }
+    records[9] = refused
     return write_run(tmp_path / name, header(name), records)
 
 
@@ -80,8 +88,14 @@ def test_report_writes_the_viewer_and_a_filtered_trial_opens(
         "tool result: run_sql",
     ]
     assert "uncalibrated" in (page.locator("#detail").text_content() or "")
-    page.fill("#f-text", "")
     page.select_option("#f-outcome", "")
+    page.fill("#f-text", "synthetic-00009")
+    page.locator("#list .row").first.click()
+    page.locator("#detail table.concepts").wait_for()
+    concepts = page.locator("#detail table.concepts tbody").text_content()
+    assert concepts == "birth date / date of birthnot named"
+    assert page.locator("#detail ul.missing").text_content() == "ages"
+    page.fill("#f-text", "")
     page.select_option("#f-sort", "latency_s:desc")
     top = page.locator("#list .row .c-latency").first.text_content()
     slowest = max(r["latency_s"] or 0 for r in load_run(files.view.index.parent.parent).records)

@@ -314,7 +314,7 @@
       table(
         "concepts",
         ["concept (synonyms that count)", "named in missing"],
-        (r.concepts || []).map((c) => [c.synonyms.join(" / "), badge(c.named ? "ok" : "fail")]),
+        (r.concepts || []).map((c) => [c.synonyms.join(" / "), badge(c.named ? "named" : "not named")]),
       ),
     );
   }
