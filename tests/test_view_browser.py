@@ -157,6 +157,9 @@ def test_comparison_pairs_every_case_and_opens_two_trials_side_by_side(
     page = opened.page
     page.click("#tab-compare")
     assert page.locator("#compare .decision").text_content() == "decision: REJECT"
+    assert (page.locator("#compare .run-line.baseline").text_content() or "").startswith(
+        "baseline base: 6 of 7 attempted trials passed"
+    )
     rows = page.locator("#compare table.pairs tbody tr")
     changes = {
         rows.nth(i).locator("td.case").text_content(): rows.nth(i)

@@ -398,6 +398,11 @@
   function renderComparison(c) {
     const box = $("compare");
     const parts = [el("h2", "", "Baseline " + c.baseline_id + " → candidate " + c.candidate_id)];
+    [["baseline", state.index.baseline && state.index.baseline.headline], ["candidate", state.index.headline]].forEach(([role, h]) => {
+      if (!h) return;
+      const rate = h.pass_rate === null ? "n/a" : (100 * h.pass_rate).toFixed(1) + "%";
+      parts.push(el("p", "run-line " + role, role + " " + h.run_id + ": " + h.passed + " of " + h.attempted + " attempted trials passed (" + rate + "), " + h.blocked + " blocked, " + h.not_run + " not run" + (h.banners.length ? " [" + h.banners.join("; ") + "]" : "")));
+    });
     if (c.refused) {
       parts.push(el("p", "error refused", "comparison refused: " + c.refused));
       box.replaceChildren(...parts);
