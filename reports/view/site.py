@@ -26,7 +26,7 @@ __all__ = ["CHUNK_SIZE", "ViewSite", "js_payload", "site_data", "write_view"]
 
 CHUNK_SIZE = 50
 ASSETS = Path(__file__).parent / "assets"
-ASSET_FILES = ("index.html", "view.js", "view.css")
+ASSET_FILES = ("index.html", "trial.js", "view.js", "view.css")
 
 
 @dataclass(frozen=True)
