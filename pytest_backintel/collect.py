@@ -12,11 +12,24 @@ from _pytest._code.code import TerminalRepr
 from _pytest._io import TerminalWriter
 
 from pytest_backintel.backends import store_spec
-from pytest_backintel.loading import ScenarioFileError, check_world, load_scenario_file
+from pytest_backintel.loading import (
+    SCHEMA_PATH,
+    ScenarioFileError,
+    check_world,
+    load_scenario_file,
+)
 from pytest_backintel.scenario import Scenario
+from pytest_backintel.suites import own_suite
 from pytest_backintel.trial import TrialResult
 
-__all__ = ["ScenarioFailure", "ScenarioFile", "ScenarioItem", "is_scenario_file", "markers_for"]
+__all__ = [
+    "ScenarioFailure",
+    "ScenarioFile",
+    "ScenarioItem",
+    "is_scenario_file",
+    "markers_for",
+    "suites_of",
+]
 
 SUFFIX = ".scenario.yaml"
 
@@ -50,10 +63,14 @@ class ScenarioFile(pytest.File):
         scenario = load_scenario_file(self.path)
         check_world(self.path, scenario)
         sha = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        shipped = self.path.resolve().is_relative_to(SCHEMA_PATH.parent)
+        suite, policy = ("benchmark", None) if shipped else own_suite(self.path)
         for trial in range(1, bench.options.trials + 1):
-            yield ScenarioItem.from_scenario(
+            item = ScenarioItem.from_scenario(
                 self, scenario, trial, sha, store_spec(scenario, bench.options.store)
             )
+            item.suite, item.suite_policy = suite, policy
+            yield item
 
     def repr_failure(
         self,
@@ -93,6 +110,8 @@ class ScenarioItem(pytest.Function):
     manifest: Path | None = None
     """The acceptance/regression manifest the case came from (None for a scenario file)."""
     suite: str = "benchmark"
+    suite_policy: dict[str, Any] | None = None
+    """A user's own suite's comparison policy (None: the shipped benchmark's promotion)."""
 
     @classmethod
     def from_scenario(
@@ -159,3 +178,13 @@ def render_failure(result: TrialResult) -> list[str]:
         lines.append(f"evidence {ev.id} ({ev.kind}, cites {ev.cited}): {state}")
         lines += ["    " + code_line for code_line in ev.code.strip().splitlines()]
     return lines
+
+
+def suites_of(items: list[Any]) -> dict[str, dict[str, Any]]:
+    """The user's own suites among `items`: name -> policy (for run.json `suites`)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        policy = getattr(item, "suite_policy", None)
+        if policy is not None:
+            out.setdefault(item.suite, {"policy": policy})
+    return dict(sorted(out.items()))

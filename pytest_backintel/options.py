@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -102,6 +103,16 @@ def analyst_spec(value: str) -> str:
     return value
 
 
+def rebinding(value: str) -> tuple[str, dict[str, str]]:
+    """`--dataset ALIAS=KIND:SOURCE`: rebind a suite's dataset alias for this run."""
+    from pytest_backintel.suites import parse_rebinding
+
+    try:
+        return parse_rebinding(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("backintel", "BackIntel Bench: measure data-analyst agents")
     group.addoption(
@@ -123,6 +134,15 @@ def add_options(parser: pytest.Parser) -> None:
         help="OpenAI-compatible server URL (Ollama, vLLM, llama.cpp)",
     )
     group.addoption("--store", default="sqlite", help="store backend for every scenario")
+    group.addoption(
+        "--dataset",
+        type=rebinding,
+        action="append",
+        default=[],
+        metavar="ALIAS=KIND:SOURCE",
+        help="rebind a dataset alias of the suite files for this run (recorded in run.json), "
+        "e.g. shop=postgres:SHOP_DSN or shop=parquet:exports/",
+    )
     group.addoption(
         "--sandbox",
         default=None,

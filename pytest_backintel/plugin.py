@@ -19,6 +19,7 @@ from pytest_backintel.manifests import ManifestFile, is_manifest
 from pytest_backintel.options import add_options
 from pytest_backintel.progress import Progress
 from pytest_backintel.session import SESSION_KEY, BenchSession
+from pytest_backintel.suites import rebind
 from stores.base import ProvisionedStore
 
 MARKERS = {
@@ -56,6 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("\n".join(problems))
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
+    rebind(dict(config.getoption("--dataset") or []), config.invocation_params.dir)
     bench = config.stash[SESSION_KEY] = BenchSession(config)
     heap.hold()
     config.add_cleanup(heap.release)

@@ -31,6 +31,7 @@ from pytest_backintel.records import (
     read_json,
     read_records,
 )
+from pytest_backintel.suites import rebound
 
 __all__ = [
     "candidate",
@@ -143,6 +144,7 @@ def run_header(
         "model_base_url": opts.model_base_url,
         "model_api": model_api_of(opts),
         "store_backend": opts.store,
+        "datasets": rebound(),
         "sandbox": sandbox,
         "trials": opts.trials,
         "concurrency": opts.concurrency,

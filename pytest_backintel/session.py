@@ -19,7 +19,7 @@ from pytest_backintel.backends import StoreBackends, backend_for, store_spec
 from pytest_backintel.budget import RunBudget
 from pytest_backintel.cassettes import case_key, write_cassette
 from pytest_backintel.cleanup import clean_stale_in_background
-from pytest_backintel.collect import ScenarioFailure, ScenarioItem
+from pytest_backintel.collect import ScenarioFailure, ScenarioItem, suites_of
 from pytest_backintel.freeze import (
     FreezeError,
     candidate_id,
@@ -202,6 +202,7 @@ class BenchSession:
             self.check_analyst()  # a built-in analyst is loaded only when items will run
         if not collect_only:
             run_folder.preflight(self.analyst, self.options, lambda: self.sandboxes)
+            self._header["suites"] = suites_of(scenario_items)
             if self.is_controller and not (self.run_dir / "run.json").exists():
                 write_json(self.run_dir / "run.json", self._header)
         self.start_pipeline()
