@@ -7,9 +7,10 @@ import difflib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -22,6 +23,7 @@ from pytest_backintel.loading import (
     load_scenario_file,
     render_json_schema,
 )
+from pytest_backintel.lockfile import LockError
 from pytest_backintel.manifests import find_manifest_case
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.worlds import data_dir, get_world
@@ -95,6 +97,33 @@ def _find_case(case_id: str) -> tuple[Scenario, Path | None] | None:
     return (found[1], found[0]) if found is not None else None
 
 
+def _run_finder(run: Path) -> Callable[[dict[str, Any]], tuple[Scenario, Path | None] | None]:
+    """A record's scenario: its recorded file (with the run's `--dataset` rebindings), else
+    the suites under the current folder, else the shipped benchmark."""
+    from pytest_backintel.records import read_json
+    from pytest_backintel.references import discover
+    from pytest_backintel.suites import parse_rebinding, rebind
+
+    header = read_json(run / "run.json") if (run / "run.json").is_file() else {}
+    rebinds = header.get("datasets") or {}  # sources as absolute paths or DSN variables
+    rebind(dict(parse_rebinding(f"{a}={b}") for a, b in rebinds.items()), Path.cwd())
+    local: dict[str, tuple[Path, Scenario]] | None = None
+
+    def find(record: dict[str, Any]) -> tuple[Scenario, Path | None] | None:
+        nonlocal local
+        file = record.get("scenario_file")
+        if file and Path(file).is_file():
+            return load_scenario_file(Path(file)), None
+        case_id = str(record["scenario_id"])
+        if local is None:
+            local = {s.id: (p, s) for p, s in discover([Path.cwd()])}
+        if case_id in local:
+            return local[case_id][1], None
+        return _find_case(case_id)
+
+    return find
+
+
 def _rescore(args: argparse.Namespace) -> int:
     """Score every recorded answer of a run again; fail on any outcome that differs."""
     from pytest_backintel.hand_score import HandScorer, rescore_run
@@ -112,14 +141,25 @@ def _rescore(args: argparse.Namespace) -> int:
         return scorers[store]
 
     try:
-        scored, wrong = rescore_run(read_records(path), _find_case, scorer_for)
+        found = rescore_run(read_records(path), _run_finder(Path(args.run)), scorer_for)
+    except (ScenarioFileError, LockError) as exc:
+        print(f"backintel score --run: {exc}", file=sys.stderr)
+        return 2
     finally:
         for scorer in scorers.values():
             scorer.close()
-    for line in wrong:
+    scored, wrong, missing = found
+    for line in wrong + missing:
         print(line, file=sys.stderr)
-    print(f"{scored} recorded answers scored again: {scored - len(wrong)} agree with the trial")
-    return 1 if wrong else 0
+    failed = sum(o != "pass" for o in scored)
+    print(
+        f"{len(scored)} recorded answers scored again: {len(scored) - len(wrong)} agree with "
+        f"the trial"
+        + (f", {len(wrong)} disagree" if wrong else "")
+        + (f"; {len(missing)} answer(s) of cases not found" if missing else "")
+        + f"; {len(scored) - failed} pass, {failed} fail"
+    )
+    return 1 if wrong or missing or failed else 0
 
 
 def _score(args: argparse.Namespace) -> int:
@@ -245,7 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     case.add_argument("--case", help="scenario id")
     case.add_argument("--scenario", help="a scenario file (e.g. one of your own)")
     case.add_argument(
-        "--run", help="a run folder: score every recorded answer again, fail on a disagreement"
+        "--run",
+        help="a run folder: score every recorded answer again (exit 1 when one fails, or "
+        "disagrees with its trial)",
     )
     p.add_argument(
         "--store",

@@ -246,8 +246,15 @@ def rebind(bindings: dict[str, dict[str, str]], base: Path) -> None:
 
 
 def rebound() -> dict[str, str]:
-    """alias -> `kind:source` for every alias this process rebinds (for run.json)."""
-    return {a: ":".join(next(iter(b.items()))) for a, (b, _) in sorted(_REBOUND.items())}
+    """alias -> `kind:source` for every alias this process rebinds (for run.json; a path
+    resolved, so the record does not depend on the folder the run started in)."""
+    out = {}
+    for alias, (binding, base) in sorted(_REBOUND.items()):
+        ((kind, source),) = binding.items()
+        if kind != "postgres":
+            source = str((base / Path(source).expanduser()).resolve())
+        out[alias] = f"{kind}:{source}"
+    return out
 
 
 def resolve_alias(scenario_file: Path, alias: str) -> tuple[dict[str, Any], Path] | None:
