@@ -256,7 +256,10 @@ class Scenario(_Strict):
             if self.refusal is not None:
                 raise ValueError("`refusal` belongs to unanswerable scenarios only")
             if not self.check_sql:
-                raise ValueError("an answerable scenario needs `check_sql`")
+                raise ValueError(
+                    "an answerable scenario needs a `reference` (`sql`, `values` or `python`; "
+                    "over a registered world, `check_sql`)"
+                )
         else:
             if self.refusal is None:
                 raise ValueError("an unanswerable scenario needs `refusal`")
