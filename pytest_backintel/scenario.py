@@ -257,8 +257,9 @@ class Scenario(_Strict):
                 raise ValueError("`refusal` belongs to unanswerable scenarios only")
             if not self.check_sql:
                 raise ValueError(
-                    "an answerable scenario needs a `reference` (`sql`, `values` or `python`; "
-                    "over a registered world, `check_sql`)"
+                    "an answerable scenario needs `reference: {sql: ...}`, the query that "
+                    "computes its answer (`values` or `python` may be given beside it; over a "
+                    "registered world, `check_sql`)"
                 )
         else:
             if self.refusal is None:
