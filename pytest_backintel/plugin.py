@@ -18,6 +18,7 @@ from pytest_backintel.live import LIVE
 from pytest_backintel.manifests import ManifestFile, is_manifest
 from pytest_backintel.options import add_options
 from pytest_backintel.progress import Progress
+from pytest_backintel.run.lock_check import check_references
 from pytest_backintel.session import SESSION_KEY, BenchSession
 from pytest_backintel.suites import rebind
 from stores.base import ProvisionedStore
@@ -96,6 +97,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Fil
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     check_stores(items, config.stash[SESSION_KEY].options.store)
+    if not config.option.collectonly:  # before the first analyst request
+        scenarios = [i.scenario for i in items if isinstance(i, ScenarioItem)]
+        check_references(scenarios, config.stash[SESSION_KEY].dataset)
     config.stash[SESSION_KEY].prepare_items(items)
 
 
