@@ -69,7 +69,13 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _references_build(args: argparse.Namespace) -> int:
     from pytest_backintel.references import build_locks
+    from pytest_backintel.suites import parse_rebinding, rebind
 
+    try:
+        rebind(dict(parse_rebinding(d) for d in args.dataset), Path.cwd())
+    except ValueError as exc:
+        print(f"backintel references build: {exc}", file=sys.stderr)
+        return 2
     done, problems = build_locks(
         [Path(p) for p in args.paths or ["."]], check=args.check, root=Path.cwd()
     )
@@ -274,6 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = refs.add_parser("build", help="compute references into the lock file beside scenarios")
     p.add_argument("paths", nargs="*", help="folders or files to search (default: .)")
     p.add_argument("--check", action="store_true", help="verify the lock files, write nothing")
+    p.add_argument(
+        "--dataset",
+        action="append",
+        default=[],
+        metavar="ALIAS=KIND:SOURCE",
+        help="lock the references on another binding of a dataset alias too (as a run's "
+        "--dataset rebinds it), beside the suite's own",
+    )
     p.set_defaults(func=_references_build)
     data = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
     p = data.add_parser("build", help="generate a world's Parquet and SQLite files")

@@ -32,7 +32,10 @@ __all__ = [
 
 LOCK_NAME = "backintel.lock.json"
 FORMAT = 1
-REBUILD = "run `backintel references build` on this data and commit the lock file"
+REBUILD = (
+    "run `backintel references build` on this data (with the run's --dataset, if any) and "
+    "commit the lock file"
+)
 
 
 class LockError(Exception):
@@ -80,17 +83,20 @@ def reference_for(scenario: Scenario, data_hash: str) -> dict[str, Any]:
     entry = read_lock(path).get(scenario.id)
     if entry is None:
         raise LockError(f"{path} has no reference for scenario {scenario.id!r}: {REBUILD}")
-    if entry.get("data_hash") != data_hash:
+    also: dict[str, Any] = entry.get("also") or {}
+    other = next((e for e in also.values() if e.get("data_hash") == data_hash), None)
+    if entry.get("data_hash") != data_hash and other is None:
+        more = "".join(f" or {e.get('data_hash')} ({label})" for label, e in sorted(also.items()))
         raise StaleLockError(
             f"scenario {scenario.id!r}: its reference in {path} was computed on data "
-            f"{entry.get('data_hash')}, but this run's data is {data_hash}: {REBUILD}"
+            f"{entry.get('data_hash')}{more}, but this run's data is {data_hash}: {REBUILD}"
         )
     if entry.get("spec") != spec_of(scenario):
         raise StaleLockError(
             f"scenario {scenario.id!r}: its reference or check query changed since {path} "
             f"was built: {REBUILD}"
         )
-    values = entry.get("values")
+    values = (other or entry).get("values")
     if not isinstance(values, dict):
         raise LockError(f"{path}: the entry for {scenario.id!r} has no values: {REBUILD}")
     return values
@@ -125,7 +131,9 @@ def _scalar_problem(kind: str, value: Any) -> str | None:
     if not math.isfinite(value):
         return f"{value!r} is not a finite number"
     if kind == "count" and isinstance(value, float):
-        what = "not a whole number" if not value.is_integer() else "a decimal number, not an integer"
+        what = (
+            "not a whole number" if not value.is_integer() else "a decimal number, not an integer"
+        )
         return f"{value!r} is {what} (declare `kind: currency`, `ratio` or `duration` for it)"
     return None
 

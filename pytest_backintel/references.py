@@ -40,6 +40,7 @@ from pytest_backintel.lockfile import (
     spec_of,
 )
 from pytest_backintel.scenario import MetricKind, Scenario
+from pytest_backintel.suites import rebound
 from pytest_backintel.tolerance import compare_metric
 from pytest_backintel.user_data import NATIVE, user_source
 from pytest_backintel.worlds import data_dir
@@ -50,6 +51,7 @@ __all__ = [
     "ReferenceData",
     "build_locks",
     "discover",
+    "merge_binding",
     "metric_values",
     "scenario_files",
 ]
@@ -244,6 +246,52 @@ def _entry_problems(path: Path, scenario: Scenario, root: Path) -> tuple[dict[st
     return entry, found
 
 
+def _old_entry(path: Path, scenario_id: str) -> dict[str, Any] | None:
+    try:
+        return read_lock(path.resolve().parent / LOCK_NAME).get(scenario_id)
+    except LockError:
+        return None
+
+
+def _disagreement(scenario: Scenario, ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
+    for metric in scenario.metrics:
+        a, b = ours.get(metric.name), theirs.get(metric.name)
+        if not compare_metric(metric, a, b).ok:
+            return f"metric {metric.name!r}: {a!r:.80} here, {b!r:.80} there"
+    return None
+
+
+def merge_binding(
+    scenario: Scenario, old: dict[str, Any] | None, new: dict[str, Any]
+) -> dict[str, Any]:
+    """The lock entry with `new` in its place: the suite's own binding replaces the entry
+    (keeping the values locked for other bindings while the spec is unchanged); a binding
+    rebound with `--dataset` is kept under `also`, beside the suite's own. Values locked for
+    two bindings must agree under the metric's tolerance."""
+    rebound_now = scenario.dataset.world in rebound()
+    same_spec = old is not None and old.get("spec") == new["spec"]
+    also = dict(old.get("also") or {}) if old is not None and same_spec else {}
+    if not rebound_now:
+        merged = {**new, "also": also} if also else new
+        main = merged
+    else:
+        if old is None or not same_spec:
+            raise ReferenceBuildError(
+                f"scenario {scenario.id!r}: lock its suite's own binding first (run "
+                "`backintel references build` without --dataset), then each other binding"
+            )
+        also[new["dataset"]] = {k: new[k] for k in ("data_hash", "computed_by", "values")}
+        main = {k: v for k, v in old.items() if k != "also"}
+        merged = {**main, "also": dict(sorted(also.items()))}
+    for label, other in also.items():
+        if (why := _disagreement(scenario, main["values"], other.get("values") or {})) is not None:
+            raise ReferenceBuildError(
+                f"scenario {scenario.id!r}: the references on {main['dataset']} and on {label} "
+                f"disagree ({why}); the same questions over two bindings need the same answers"
+            )
+    return merged
+
+
 def build_locks(roots: list[Path], *, check: bool, root: Path) -> tuple[list[str], list[str]]:
     """Write (or with `check`, compare) the lock file of every folder of user-bound scenarios
     under `roots`. Returns (what was done, per lock file; every problem, `file:line`)."""
@@ -263,6 +311,11 @@ def build_locks(roots: list[Path], *, check: bool, root: Path) -> tuple[list[str
             problems.append(f"{path}:{line}: id: {scenario.id!r} appears twice in this folder")
             continue
         entry, found = _entry_problems(path, scenario, root)
+        if not found:
+            try:
+                entry = merge_binding(scenario, _old_entry(path, scenario.id), entry)
+            except ReferenceBuildError as exc:
+                found = [f"{path}:{line_of(path, exc.loc)}: reference: {exc}"]
         problems += found
         if not found:
             entries[scenario.id] = entry
