@@ -122,9 +122,11 @@ def metric_values(scenario: Scenario, rows: list[dict[str, Any]], what: str) -> 
     """Metric values from a query's rows: one table metric takes them all, else one row with
     a column per metric."""
     tables = [m for m in scenario.metrics if m.kind is MetricKind.TABLE]
+    loc = tuple(what.split("."))
+    if tables and rows and (why := check_columns(scenario, list(rows[0]))):
+        raise ReferenceBuildError(f"{what} {why}", loc)
     if tables:
         return {tables[0].name: [{k: _plain(v) for k, v in r.items()} for r in rows]}
-    loc = tuple(what.split("."))
     if len(rows) != 1:
         raise ReferenceBuildError(
             f"{what} returned {len(rows)} rows; scalar metrics need exactly one", loc

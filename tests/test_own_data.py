@@ -244,28 +244,61 @@ def test_the_tutorial_on_a_folder_or_file_of_your_own(tmp_path: Path, kind: str)
 # -- locks -----------------------------------------------------------------------------------
 
 
-def test_a_lock_built_on_other_data_is_refused_naming_both_hashes(tmp_path: Path) -> None:
+SPY = """
+from pathlib import Path
+
+from pytest_backintel.contract import Refusal
+from pytest_backintel.analyst_api import AnalystRun
+
+
+class Spy:
+    name, kind = "spy", "custom"
+
+    def answer(self, task):
+        with Path("asked.txt").open("a") as f:
+            f.write(task.question + "\\n")
+        return AnalystRun(Refusal(missing=["x"], explanation="spying"))
+
+
+def spy(config):
+    return Spy()
+"""
+
+
+def test_a_data_file_changed_after_locking_stops_the_run_before_the_first_request(
+    tmp_path: Path,
+) -> None:
     folder = project(tmp_path)
+    (folder / "spy.py").write_text(SPY)
     assert backintel(folder, "references", "build").returncode == 0
     lock = json.loads((folder / "scenarios" / "backintel.lock.json").read_text())
     old_hash = lock["scenarios"]["delivered-orders"]["data_hash"]
+    asked = pytest_run(folder, "-k", "delivered-orders", "--analyst", "spy:spy", "--run-id", "ok")
+    assert asked.returncode == 1  # the spy refuses: it was asked
+    assert (folder / "asked.txt").read_text() == "How many orders were delivered?\n"
+    (folder / "asked.txt").unlink()
     con = sqlite3.connect(folder / "shop.sqlite")
     con.execute("UPDATE orders SET status = 'delivered' WHERE id = 3")
     con.commit()
     con.close()
-    result = pytest_run(folder, "-k", "delivered-orders", "--run-id", "stale")
-    assert outcomes(folder, "stale") == {"delivered-orders": "infra_error"}
-    record = json.loads((folder / "results" / "stale" / "records.jsonl").read_text())
-    message = record["reasons"][0]["message"]
-    assert "scenario 'delivered-orders'" in message
-    assert old_hash in message
-    new_hash = re.search(r"this run's data is ([0-9a-f]{64})", message)
-    assert new_hash is not None
-    assert new_hash.group(1) != old_hash
-    assert result.returncode == 1
+    result = pytest_run(folder, "--analyst", "spy:spy", "--run-id", "stale")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    assert not (folder / "asked.txt").exists(), "the analyst was asked before the refusal"
+    assert not (folder / "results" / "stale" / "records.jsonl").exists()
+    assert "refusing to start: 3 scenario(s) cannot be scored on this run's data" in result.stderr
+    for case in ANSWERABLE:  # each scenario, with both hashes, in one error
+        line = next(ln for ln in result.stderr.splitlines() if f"scenario '{case}'" in ln)
+        assert old_hash in line
+        new_hash = re.search(r"this run's data is ([0-9a-f]{64})", line)
+        assert new_hash is not None
+        assert new_hash.group(1) != old_hash
+    assert "Traceback" not in result.stderr
     check = backintel(folder, "references", "build", "--check")
     assert check.returncode == 1
     assert "out of date" in check.stderr
+    assert backintel(folder, "references", "build").returncode == 0
+    again = pytest_run(folder, "-k", "delivered-orders", "--run-id", "rebuilt")
+    assert again.returncode == 0, again.stdout
 
 
 def test_two_references_that_disagree_abort_the_build_naming_the_file(tmp_path: Path) -> None:
@@ -274,7 +307,10 @@ def test_two_references_that_disagree_abort_the_build_naming_the_file(tmp_path: 
     path.write_text(path.read_text() + "  values: {delivered_orders: 5}\n")
     result = backintel(folder, "references", "build")
     assert result.returncode == 1
-    assert "scenarios/delivered-orders.scenario.yaml: scenario 'delivered-orders'" in result.stderr
+    assert re.search(
+        r"scenarios/delivered-orders\.scenario\.yaml:\d+: reference: scenario 'delivered-orders'",
+        result.stderr,
+    ), result.stderr
     assert "reference.sql gives 4 but reference.values gives 5" in result.stderr
     assert not (folder / "scenarios" / "backintel.lock.json").exists()
     path.write_text(path.read_text().replace("delivered_orders: 5", "delivered_orders: 4"))
@@ -615,7 +651,6 @@ def test_a_damaged_lock_is_named_not_crashed_on(tmp_path: Path) -> None:
     check = backintel(folder, "references", "build", "--check")
     assert check.returncode == 1
     assert f"{lock} is out of date for canceled-share, delivered-orders" in check.stderr
-    pytest_run(folder, "-k", "delivered-orders", "--run-id", "damaged")
-    record = json.loads((folder / "results" / "damaged" / "records.jsonl").read_text())
-    assert record["outcome"] == "infra_error"
-    assert f"{lock}: not a readable lock file" in record["reasons"][0]["message"]
+    damaged = pytest_run(folder, "-k", "delivered-orders", "--run-id", "damaged")
+    assert damaged.returncode == pytest.ExitCode.USAGE_ERROR  # before any trial
+    assert f"{lock}: not a readable lock file" in damaged.stderr
