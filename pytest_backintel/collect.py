@@ -26,6 +26,7 @@ __all__ = [
     "ScenarioFailure",
     "ScenarioFile",
     "ScenarioItem",
+    "binding_lines",
     "is_scenario_file",
     "markers_for",
     "suites_of",
@@ -188,3 +189,19 @@ def suites_of(items: list[Any]) -> dict[str, dict[str, Any]]:
         if policy is not None:
             out.setdefault(item.suite, {"policy": policy})
     return dict(sorted(out.items()))
+
+
+def binding_lines(items: list[Any], default_store: str) -> list[str]:
+    """The terminal lines naming each dataset of the collected items and the store it really
+    runs on (a source of your own on its own backend, whatever `--store` says)."""
+    seen: dict[str, str] = {}
+    for item in items:
+        scenario = getattr(item, "scenario", None)
+        if not isinstance(item, ScenarioItem) or scenario is None:
+            continue
+        binding = scenario.dataset
+        where = f"{binding.source_kind} {binding.source}" if binding.source_kind else "world"
+        seen.setdefault(
+            f"{binding.world}: {where}", store_spec(scenario, default_store).split(":", 1)[0]
+        )
+    return [f"backintel: dataset {name} on store {store}" for name, store in sorted(seen.items())]

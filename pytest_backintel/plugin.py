@@ -10,7 +10,7 @@ import pytest
 
 from pytest_backintel import heap
 from pytest_backintel.backends import check_stores
-from pytest_backintel.collect import ScenarioFile, ScenarioItem, is_scenario_file
+from pytest_backintel.collect import ScenarioFile, ScenarioItem, binding_lines, is_scenario_file
 from pytest_backintel.html_report import HtmlReport, header_lines, summary_lines
 from pytest_backintel.install import shadowed_packages
 from pytest_backintel.item_python import ItemPython
@@ -108,8 +108,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     heap.freeze_after_collection(any(isinstance(i, ScenarioItem) for i in session.items))
 
 
-def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
-    return config.stash[SESSION_KEY].reserved_note
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+    bench = config.stash[SESSION_KEY]
+    return binding_lines(items, bench.options.store) + bench.reserved_note
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_own_data_tutorial import ANSWERABLE, UNANSWERABLE, outcomes, tutorial
+from test_own_data_tutorial import ANSWERABLE, SUITE, UNANSWERABLE, outcomes, tutorial
 
 from pytest_backintel.cli import main
 from pytest_backintel.loading import load_scenario_file
@@ -135,6 +135,7 @@ def test_the_tutorial_on_an_existing_postgres_database(
     assert build.returncode == 0, build.stderr
     ref = pytest_run(folder, "--run-id", "pg")
     assert ref.returncode == 0, ref.stdout + ref.stderr
+    assert ": postgres SHOP_DSN on store postgres" in ref.stdout, ref.stdout
     assert outcomes(folder, "pg") == dict.fromkeys(ALL, "pass")
     records = (folder / "results" / "pg" / "records.jsonl").read_text().splitlines()
     assert {json.loads(r)["backend"] for r in records} == {"postgres"}
@@ -424,17 +425,15 @@ def test_a_suite_file_binds_its_folder_and_below_and_a_scenario_of_its_own_wins(
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert outcomes(folder, "suite") == {
-        "german-customers": "pass",
-        "german-customers-other": "pass",
-    }
+    assert outcomes(folder, "suite") == dict.fromkeys(SUITE | {"german-customers-other"}, "pass")
 
 
 @pytest.mark.parametrize(
     ("suite", "line", "message"),
     [
         ("dataset: {sqlite: ../shop.sqlite}\nsplit: development\nstore: duckdb\n", 3, "store: "
-         "unknown field; a suite file gives dataset, split, level, family"),
+         "unknown field; a suite file gives dataset, split, level, family, name, policy, "
+         "datasets"),
         ("level: 1\nsplit: development\ndataset: {sqlite: shop.sqlite}\n", 3, "dataset.sqlite: "
          "no sqlite file at "),
         ("split: development\nlevel: 9\ndataset: {sqlite: ../shop.sqlite}\n", 2, "level: Input "

@@ -100,6 +100,9 @@ SAID = {
         "  policy: alpha 0.05; controls german-customers (suite file)",
         "VERDICT: no detectable difference",
     ],
+    "uv run pytest suites --dataset shop=parquet:exports --run-id suite-parquet": [
+        "backintel: dataset shop: parquet exports on store lake-parquet"
+    ],
     "uv run backintel score --run results/suite-parquet": [
         "4 recorded answers scored again: 4 agree with the trial; 4 pass, 0 fail"
     ],
@@ -189,7 +192,10 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
         "gross-margin": "unhelpful_refusal",
         "customer-age": "unhelpful_refusal",
     }
-    assert (project / "results" / "mine" / "scorecard.md").exists()
+    scorecard = (project / "results" / "mine" / "scorecard.md").read_text()
+    assert "| cost (USD, prices as of " in scorecard
+    assert " | $0.0000 |" in scorecard, "an agent that asked no model costs nothing"
+    assert {r["cost_usd"] for r in run_files(project, "mine")[1]} == {0.0}
     assert outcomes(project, "mine-v2") == outcomes(project, "mine") | {"delivered-revenue": "pass"}
     # the suite: bound by alias in the suite file, over SQLite and then over Parquet
     assert outcomes(project, "suite") == dict.fromkeys(SUITE, "pass")

@@ -368,3 +368,9 @@ def model_server(scripts: Mapping[str, Sequence[Step]] = {}) -> Iterator[ModelSe
         for match, steps in scripts.items():
             server.script(match, steps)
         yield server
+
+
+if __name__ == "__main__":  # `python -m pytest_backintel.testing.model_server --scripts F`
+    from pytest_backintel.testing.serve import main
+
+    raise SystemExit(main())
