@@ -238,3 +238,31 @@ def test_the_lock_keeps_every_binding_and_a_run_takes_the_one_its_data_has(tmp_p
     assert reference_for(loaded, "feed") == {"delivered_orders": 9}
     with pytest.raises(StaleLockError, match=r"computed on data \w+ or feed \(parquet:x\)"):
         reference_for(loaded, "other")
+
+
+ARGS = ["-k", "delivered-orders", "--model", "openai:gpt-5.1"]
+
+
+def test_a_missing_provider_key_is_one_line_in_our_words(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    folder = project(tmp_path)
+    assert backintel(folder, "references", "build").returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "pytest"), "scenarios", "-p", "no:xdist", *ARGS],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    assert (
+        "ERROR: backintel: --model openai:gpt-5.1 cannot be used: no API key: set OPENAI_API_KEY "
+        "in the environment"
+    ) in done.stderr
+    assert "OpenAIProvider(api_key" not in done.stderr  # not the provider library's advice
+    assert not (folder / "results").exists() or not any((folder / "results").rglob("*.jsonl"))
