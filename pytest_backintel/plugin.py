@@ -18,7 +18,7 @@ from pytest_backintel.live import LIVE
 from pytest_backintel.manifests import ManifestFile, is_manifest
 from pytest_backintel.options import add_options
 from pytest_backintel.progress import Progress
-from pytest_backintel.run.lock_check import check_references
+from pytest_backintel.run.lock_check import check_collected, check_worker_ids
 from pytest_backintel.session import SESSION_KEY, BenchSession
 from pytest_backintel.suites import rebind
 from stores.base import ProvisionedStore
@@ -97,10 +97,14 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Fil
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     check_stores(items, config.stash[SESSION_KEY].options.store)
-    if not config.option.collectonly:  # before the first analyst request
-        scenarios = [i.scenario for i in items if isinstance(i, ScenarioItem)]
-        check_references(scenarios, config.stash[SESSION_KEY].dataset)
+    check_collected(config, items, config.stash[SESSION_KEY].dataset)  # before any request
     config.stash[SESSION_KEY].prepare_items(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist controller: the references checked before the scheduler sends any item."""
+    check_worker_ids(node.config, ids, node.config.stash[SESSION_KEY].dataset)
 
 
 @pytest.hookimpl(trylast=True)

@@ -294,6 +294,18 @@ def test_a_data_file_changed_after_locking_stops_the_run_before_the_first_reques
         assert new_hash is not None
         assert new_hash.group(1) != old_hash
     assert "Traceback" not in result.stderr
+    workers = subprocess.run(  # with xdist the controller refuses before any item is sent
+        [str(BIN / "pytest"), "scenarios", "-n", "2", "--analyst", "spy:spy", "--run-id", "x"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert workers.returncode == pytest.ExitCode.USAGE_ERROR, workers.stdout + workers.stderr
+    assert "refusing to start: 3 scenario(s)" in workers.stdout + workers.stderr
+    assert not (folder / "asked.txt").exists(), "a worker asked the analyst"
+    assert "INTERNALERROR" not in workers.stdout + workers.stderr
     check = backintel(folder, "references", "build", "--check")
     assert check.returncode == 1
     assert "out of date" in check.stderr

@@ -266,3 +266,27 @@ def test_a_missing_provider_key_is_one_line_in_our_words(tmp_path: Path) -> None
     ) in done.stderr
     assert "OpenAIProvider(api_key" not in done.stderr  # not the provider library's advice
     assert not (folder / "results").exists() or not any((folder / "results").rglob("*.jsonl"))
+
+
+def test_one_run_over_a_copied_suite_is_refused_naming_both_files(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    folder = project(tmp_path)
+    assert backintel(folder, "references", "build").returncode == 0
+    shutil.copytree(folder / "scenarios", folder / "copy")
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "pytest"), "scenarios", "copy", "-p", "no:xdist"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    assert "refusing to start: one run measures each scenario id once" in done.stderr
+    assert (
+        f"scenario id 'canceled-share' is given by both {folder}/scenarios/canceled-share"
+        f".scenario.yaml and {folder}/copy/canceled-share.scenario.yaml"
+    ) in done.stderr
+    assert "--dataset" in done.stderr
