@@ -298,3 +298,32 @@ def test_a_blocked_mandatory_case_is_worse() -> None:
     result = decide_paired("s", pairs("fk"), Policy(mandatory=("c001",)))
     assert result.verdict == WORSE
     assert "blocked, not measured" in result.reasons[0]
+
+
+def test_pass_k_and_blocked_cases_of_an_own_suite(tmp_path: Path) -> None:
+    """Several trials: a case passes only if every trial passed, pass^k is given per run; a
+    blocked candidate case is left out and named; the result is a data object a viewer reads."""
+    from reports import compare_runs, load_run
+    from reports.testing import header, record, write_run
+
+    def run(run_id: str, outcomes: dict[str, list[str]]) -> Path:
+        records = [
+            record(case, outcome, trial=t, run_id=run_id, kind="custom") | {"suite": "shop"}
+            for case, trials in outcomes.items()
+            for t, outcome in enumerate(trials, 1)
+        ]
+        head = header(run_id, calibration=False, trials=2)
+        head["suites"] = {"shop": {"policy": {"mandatory": [], "controls": [], "alpha": 0.05}}}
+        return write_run(tmp_path / run_id, head, records)
+
+    base = run("b", {"a": ["pass", "wrong_value"], "b": ["pass", "pass"], "c": ["pass"] * 2})
+    cand = run("c", {"a": ["pass", "pass"], "b": ["pass", "pass"], "c": ["infra_error"] * 2})
+    result = compare_runs(load_run(base), load_run(cand))
+    assert result.suites == []  # no shipped split: nothing decided by the promotion rule
+    (verdict,) = result.verdicts
+    assert (verdict.suite, verdict.verdict, result.ok) == ("shop", BETTER, True)
+    assert [c.change for c in verdict.cases] == ["fixed", "both_pass", "blocked"]
+    assert verdict.notes[0] == "left out, not measured in both runs: c"
+    assert (verdict.baseline_pass_rate, verdict.candidate_pass_rate) == (2 / 3, 1.0)
+    assert verdict.baseline_pass_k == {1: 5 / 6, 2: 2 / 3}
+    assert verdict.candidate_pass_k == {1: 1.0, 2: 1.0}  # the blocked case attempted nothing
