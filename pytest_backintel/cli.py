@@ -57,8 +57,14 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from pytest_backintel.suites import parse_rebinding, rebind
     from pytest_backintel.validate import validate_paths
 
+    try:
+        rebind(dict(parse_rebinding(d) for d in args.dataset), Path.cwd())
+    except ValueError as exc:
+        print(f"backintel validate: {exc}", file=sys.stderr)
+        return 2
     problems = validate_paths([Path(p) for p in args.paths or ["."]], world_queries=args.worlds)
     for line in problems:
         print(line, file=sys.stderr)
@@ -272,6 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*")
     p.add_argument(
         "--world-queries", dest="worlds", action="store_true", help="run check queries on worlds"
+    )
+    p.add_argument(
+        "--dataset",
+        action="append",
+        default=[],
+        metavar="ALIAS=KIND:SOURCE",
+        help="check the scenarios with a dataset alias rebound, as a run's --dataset does",
     )
     p.set_defaults(func=_validate)
     refs = sub.add_parser("references", help="references of your own suites").add_subparsers(

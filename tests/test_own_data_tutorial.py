@@ -74,6 +74,7 @@ EXPECTED_CODES = [
     ("uv run pytest suites --run-id suite", 0),
     ("uv run python export_parquet.py", 0),
     ("uv run backintel references build --dataset shop=parquet:exports", 0),
+    ("uv run backintel validate suites --dataset shop=parquet:exports", 0),
     ("uv run pytest suites --dataset shop=parquet:exports --run-id suite-parquet", 0),
     ("uv run backintel compare results/suite results/suite-parquet --across-bindings", 0),
     ("uv run backintel score --run results/suite-parquet", 0),
