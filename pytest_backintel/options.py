@@ -11,15 +11,60 @@ from typing import TypeVar
 
 import pytest
 
-from pytest_backintel.analyst_api import AnalystLimits
-from pytest_backintel.budget import RunLimits
+from pytest_backintel.analyst_api import AnalystKind, AnalystLimits
 from pytest_backintel.sandbox.registry import default_sandbox
+from pytest_backintel.scenario import SOURCE_KINDS
 
-__all__ = ["BenchOptions", "add_options", "read_options"]
+__all__ = [
+    "CALIBRATION_ANALYSTS",
+    "CALIBRATION_LABEL",
+    "REPLAY_LABEL",
+    "REPLAY_PREFIX",
+    "BenchOptions",
+    "RunLimits",
+    "add_options",
+    "analyst_label",
+    "parse_rebinding",
+    "read_options",
+    "spec_kind",
+]
 
 N = TypeVar("N", int, float)
 
 CALIBRATION_ANALYSTS = ("reference", "refuse-all", "perturbed", "unsupported")
+
+CALIBRATION_LABEL = "calibration analyst: measures the harness, not a model"
+REPLAY_LABEL = "replay of recorded model responses: no model is called"
+
+REPLAY_PREFIX = "replay:"
+"""`replay:DIR` replays the cassettes of a recorded run (see `analyst.replay`)."""
+
+
+def spec_kind(spec: str) -> AnalystKind:
+    """The kind of analyst an `--analyst` value names, known before it is loaded."""
+    if spec in CALIBRATION_ANALYSTS:
+        return "calibration"
+    if spec.startswith(REPLAY_PREFIX):
+        return "replay"
+    return "model" if spec == "model" else "custom"
+
+
+def analyst_label(spec: str) -> str | None:
+    """The label every report of a run by this analyst carries, if it is not a model."""
+    return {"calibration": CALIBRATION_LABEL, "replay": REPLAY_LABEL}.get(spec_kind(spec))
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """Budgets for the whole run (None: no budget)."""
+
+    max_requests: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return any(v is not None for v in (self.max_requests, self.max_tokens, self.max_cost_usd))
 
 
 @dataclass(frozen=True)
@@ -103,10 +148,21 @@ def analyst_spec(value: str) -> str:
     return value
 
 
+def parse_rebinding(text: str) -> tuple[str, dict[str, str]]:
+    """`shop=postgres:SHOP_DSN` -> ("shop", {"postgres": "SHOP_DSN"}); ValueError naming what
+    is allowed."""
+    alias, eq, rest = text.partition("=")
+    kind, colon, source = rest.partition(":")
+    if not (eq and colon and alias.strip() and source.strip()) or kind not in SOURCE_KINDS:
+        raise ValueError(
+            f"--dataset {text!r}: give ALIAS=KIND:SOURCE, KIND one of {', '.join(SOURCE_KINDS)} "
+            "(e.g. shop=postgres:SHOP_DSN or shop=parquet:exports/)"
+        )
+    return alias.strip(), {kind: source.strip()}
+
+
 def rebinding(value: str) -> tuple[str, dict[str, str]]:
     """`--dataset ALIAS=KIND:SOURCE`: rebind a suite's dataset alias for this run."""
-    from pytest_backintel.suites import parse_rebinding
-
     try:
         return parse_rebinding(value)
     except ValueError as exc:

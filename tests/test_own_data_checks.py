@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_own_data import backintel, project
 
-from pytest_backintel.lockfile import check_columns, check_values
+from pytest_backintel.collect.lockfile import check_columns, check_values
 from pytest_backintel.scenario import Scenario
 
 
@@ -221,7 +221,7 @@ def test_columns_are_checked_by_name(columns: list[str]) -> None:
 
 
 def test_the_lock_keeps_every_binding_and_a_run_takes_the_one_its_data_has(tmp_path: Path) -> None:
-    from pytest_backintel.lockfile import StaleLockError, reference_for
+    from pytest_backintel.collect.lockfile import StaleLockError, reference_for
 
     folder = project(tmp_path)
     path = folder / "scenarios" / "delivered-orders.scenario.yaml"
@@ -231,7 +231,7 @@ def test_the_lock_keeps_every_binding_and_a_run_takes_the_one_its_data_has(tmp_p
     entry = doc["scenarios"]["delivered-orders"]
     entry["also"] = {"parquet:x": {"data_hash": "feed", "values": {"delivered_orders": 9}}}
     lock.write_text(json.dumps(doc))
-    from pytest_backintel.loading import load_scenario_file
+    from pytest_backintel.collect.loading import load_scenario_file
 
     loaded = load_scenario_file(path)
     assert reference_for(loaded, entry["data_hash"]) == {"delivered_orders": 4}

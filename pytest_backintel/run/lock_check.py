@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_backintel.loading import SCHEMA_PATH, load_scenario_file
-from pytest_backintel.lockfile import LockError, reference_for
+from pytest_backintel.collect.loading import SCHEMA_PATH, load_scenario_file
+from pytest_backintel.collect.lockfile import LockError, reference_for
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, StoreError
 
