@@ -75,8 +75,8 @@ class Policy:
             raise PolicyError(f"{source}: a policy is a mapping, got {data!r}")
         unknown = sorted(set(data) - {"mandatory", "controls", "alpha"})
         if unknown:
-            raise PolicyError(f"{source}: unknown field(s) {unknown}; allowed: mandatory, "
-                              "controls, alpha")  # fmt: skip
+            allowed = "mandatory, controls, alpha"
+            raise PolicyError(f"{source}: unknown field(s) {unknown}; allowed: {allowed}")
         lists = {}
         for key in ("mandatory", "controls"):
             value = data.get(key, [])
