@@ -1,10 +1,12 @@
-"""`backintel report RUN` and `backintel compare BASELINE CANDIDATE`.
+"""`backintel report RUN`, `backintel compare BASELINE CANDIDATE` and
+`backintel view RUN [BASELINE]`.
 
-`register(subparsers)` adds both to the `backintel` parser; `main(argv)` runs them alone.
+`register(subparsers)` adds them to the `backintel` parser; `main(argv)` runs them alone.
 Exit codes: report 0 (2 for an unreadable run folder); compare 0 when every shipped suite
 accepts and no suite of your own is `worse` (`better` and `no detectable difference` are 0, so
 a CI job gates on "not worse"), 1 for a reject or a `worse`, 2 refused (different scenario or
-data hashes, an unreadable run folder or policy file).
+data hashes, an unreadable run folder or policy file); view 0 (2 for an unreadable run folder,
+or a comparison refused: the run view is written all the same).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def _report(args: argparse.Namespace) -> int:
         f"{files.summary.run.run_id}: {t.passed}/{t.attempted} attempted trials passed ({rate}), "
         f"{t.blocked} blocked, {t.not_run} not run"
     )
-    for path in (files.markdown, files.html, files.workbook):
+    for path in (files.markdown, files.html, files.workbook, files.view.index):
         print(f"wrote {path}")
     print(f"wrote {len(files.charts)} charts (SVG and PNG) in {files.markdown.parent / 'charts'}")
     return 0
@@ -64,8 +66,32 @@ def _compare(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _view(args: argparse.Namespace) -> int:
+    from reports.charts import render_charts  # altair, vl-convert: only when used
+    from reports.summary import summarize
+    from reports.view import write_view
+
+    try:
+        run = load_run(args.run)
+        baseline = load_run(args.baseline) if args.baseline else None
+        summary = summarize(run)
+        charts = render_charts(summary, run.path / "charts")
+        site = write_view(run, baseline, Path(args.out) if args.out else None, summary, charts)
+    except (RunFolderError, PriceTableError) as exc:
+        print(f"backintel view: {exc}", file=sys.stderr)
+        return 2
+    for banner in run.banners:
+        print(banner)
+    print(f"wrote {site.index} ({site.trials} trials; open it in a browser, no server needed)")
+    if site.refused:
+        print(f"backintel view: comparison refused: {site.refused}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def register(subparsers: Any, groups: dict[str, Any] | None = None) -> None:
-    """Add `report` and `compare` to the `backintel` subcommands (`add_subparsers()` result)."""
+    """Add `report`, `compare` and `view` to the `backintel` subcommands (an
+    `add_subparsers()` result)."""
     p = subparsers.add_parser("report", help="scorecard (md, html), charts and workbook for a run")
     p.add_argument("run", help="a run folder, results/<run-id>")
     p.add_argument("--out", default=None, help="write here instead of into the run folder")
@@ -88,6 +114,13 @@ def register(subparsers: Any, groups: dict[str, Any] | None = None) -> None:
         help="pair the same scenarios run over different data (another dataset binding)",
     )
     p.set_defaults(func=_compare)
+    p = subparsers.add_parser(
+        "view", help="a static site of every trial of a run, beside a baseline run if given"
+    )
+    p.add_argument("run", help="a run folder, results/<run-id>")
+    p.add_argument("baseline", nargs="?", default=None, help="a baseline run folder to compare")
+    p.add_argument("--out", default=None, help="write here instead of <run>/view/")
+    p.set_defaults(func=_view)
 
 
 def build_parser() -> argparse.ArgumentParser:

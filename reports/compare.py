@@ -111,18 +111,26 @@ class Comparison:
         return bool(self.suites) and all(s.accepted for s in self.suites)
 
     @property
-    def verdict(self) -> str | None:
-        """The own suites' overall verdict (None without own suites)."""
+    def own_verdict(self) -> str | None:
+        """The own suites' overall verdict: `worse` if any is, else `better` if any is, else
+        `no detectable difference` (None without own suites)."""
         found = {v.verdict for v in self.verdicts}
         if not found:
             return None
         return WORSE if WORSE in found else BETTER if BETTER in found else NO_DIFFERENCE
 
     @property
+    def verdict(self) -> str:
+        """The headline: `ACCEPT` / `REJECT` for the shipped suites, the own suites' verdict,
+        or both (`REJECT; better`)."""
+        parts = [("ACCEPT" if self.accepted else "REJECT")] if self.suites else []
+        return "; ".join(parts + ([self.own_verdict] if self.own_verdict else [])) or "REJECT"
+
+    @property
     def ok(self) -> bool:
         """What the exit status says: every shipped suite accepts, no own suite is worse."""
         shipped = all(s.accepted for s in self.suites)
-        return shipped and self.verdict != WORSE and bool(self.suites or self.verdicts)
+        return shipped and self.own_verdict != WORSE and bool(self.suites or self.verdicts)
 
     @property
     def no_change(self) -> bool:
@@ -362,6 +370,6 @@ def render_comparison(result: Comparison) -> str:
                 "required"
             )
     if result.verdicts:
-        lines.append(f"VERDICT: {result.verdict}")
+        lines.append(f"VERDICT: {result.own_verdict}")
         lines += [f"  - {v.suite}: {v.verdict}: {v.reasons[0]}" for v in result.verdicts]
     return "\n".join(lines) + "\n"

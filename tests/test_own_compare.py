@@ -327,3 +327,26 @@ def test_pass_k_and_blocked_cases_of_an_own_suite(tmp_path: Path) -> None:
     assert (verdict.baseline_pass_rate, verdict.candidate_pass_rate) == (2 / 3, 1.0)
     assert verdict.baseline_pass_k == {1: 5 / 6, 2: 2 / 3}
     assert verdict.candidate_pass_k == {1: 1.0, 2: 1.0}  # the blocked case attempted nothing
+
+
+def test_the_viewer_shows_an_own_suite_verdict(tmp_path: Path) -> None:
+    """The viewer's comparison data carry an own suite's verdict and its paired cases."""
+    from reports import compare_runs, load_run
+    from reports.testing import header, record, write_run
+    from reports.view.pairs import comparison_data
+
+    def run(run_id: str, outcome: str) -> Path:
+        head = header(run_id, calibration=False)
+        head["suites"] = {"shop": {"policy": {}}}
+        records = [
+            record(c, o, run_id=run_id, kind="custom") | {"suite": "shop"}
+            for c, o in (("a", outcome), ("b", "pass"))
+        ]
+        return write_run(tmp_path / run_id, head, records)
+
+    base, cand = load_run(run("b", "wrong_value")), load_run(run("c", "pass"))
+    data = comparison_data(compare_runs(base, cand), base, cand)
+    assert data["result"]["verdict"] == BETTER
+    (suite,) = data["suites"]
+    assert (suite["stats"]["suite"], suite["stats"]["verdict"]) == ("shop", BETTER)
+    assert suite["counts"] == {"both_pass": 1, "fixed": 1}
