@@ -13,6 +13,7 @@ from pytest_backintel.collect.install import shadowed_packages
 from pytest_backintel.collect.items import RUNNER_KEY, ScenarioFile, ScenarioItem, is_scenario_file
 from pytest_backintel.collect.manifests import ManifestFile, is_manifest
 from pytest_backintel.evidence.item_python import ItemPython
+from pytest_backintel.run.scoped_python import ScopedPython
 from pytest_backintel.options import add_options
 from pytest_backintel.records.html_report import HtmlReport, header_lines, summary_lines
 from pytest_backintel.records.live import LIVE
@@ -138,7 +139,7 @@ def backintel_store(request: pytest.FixtureRequest) -> Iterator[ProvisionedStore
         yield None
         return
     try:
-        store = bench.store_for(item.scenario).provision(bench.dataset(item.scenario)[0])
+        store = bench.provision(item.scenario)
     except Exception as exc:
         bench.record_infra_error(item, exc)
         raise
@@ -149,12 +150,13 @@ def backintel_store(request: pytest.FixtureRequest) -> Iterator[ProvisionedStore
 @pytest.fixture
 def backintel_python(
     request: pytest.FixtureRequest, backintel_store: ProvisionedStore | None
-) -> Iterator[ItemPython | None]:
+) -> Iterator[ItemPython | ScopedPython | None]:
     """The item's sandbox for `run_python` (opened on first use) and Python evidence."""
     if backintel_store is None:  # a concurrent trial opens its own sandbox
         yield None
         return
-    python = request.config.stash[SESSION_KEY].item_python(backintel_store)
+    scenario = request.node.scenario if isinstance(request.node, ScenarioItem) else None
+    python = request.config.stash[SESSION_KEY].item_python(backintel_store, scenario)
     yield python
     if python is not None:
         python.close()

@@ -72,8 +72,9 @@ _MAX_COLUMNS = 900
 class SQLiteSession(StoreSession):
     """One analyst connection: read-only, one statement per call, time-limited."""
 
-    def __init__(self, path: Path, timeout_s: float) -> None:
+    def __init__(self, path: Path, timeout_s: float, denied: tuple[str, ...] = ()) -> None:
         self._timeout_s = timeout_s
+        self._denied = {t.lower() for t in denied}
         self._lock = threading.RLock()  # _translate may list tables
         self._deadline = float("inf")
         self._timed_out = False
@@ -83,6 +84,9 @@ class SQLiteSession(StoreSession):
         self._conn.set_progress_handler(self._progress, _PROGRESS_STEPS)
 
     def _authorize(self, action: int, arg1: str | None, arg2: str | None, *_: Any) -> int:
+        if action == sqlite3.SQLITE_READ and arg1 and arg1.lower() in self._denied:
+            self._denials.append(f"permission denied: this role has no read grant on table {arg1}")
+            return sqlite3.SQLITE_DENY
         reason = denial(action, arg1, arg2)
         if reason is None:
             return sqlite3.SQLITE_OK
@@ -260,8 +264,10 @@ class SQLiteProvisionedStore(ProvisionedStore):
         timeout_s: float,
         on_teardown: Callable[[str], object] | None = None,
         logical_cache: LogicalCache | None = None,
+        denied: tuple[str, ...] = (),
     ) -> None:
         self.store_id = store_id
+        self._denied = denied
         self._path = path
         self._timeout_s = timeout_s
         self._on_teardown = on_teardown
@@ -284,7 +290,7 @@ class SQLiteProvisionedStore(ProvisionedStore):
 
     def connect(self) -> SQLiteSession:
         self._check_live()
-        session = SQLiteSession(self._path, self._timeout_s)
+        session = SQLiteSession(self._path, self._timeout_s, self._denied)
         self._sessions.append(session)
         return session
 
@@ -335,6 +341,7 @@ class SQLiteStore(Store):
     """The `sqlite` backend: a plain file copy per item, read-only at the OS and SQLite level."""
 
     name: ClassVar[str] = "sqlite"
+    denies_grants: ClassVar[bool] = True
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
@@ -361,6 +368,7 @@ class SQLiteStore(Store):
             self.statement_timeout_s,
             on_teardown=lambda sid: self._live.pop(sid, None),
             logical_cache=self._logical_cache,
+            denied=dataset.denied,
         )
         try:
             shutil.copyfile(source, dest)

@@ -115,6 +115,7 @@ SCORED = {
     "false_refusal",
     "invented_value",
     "unhelpful_refusal",
+    "followed_injection",
 }
 """Outcomes decided by scoring an answer (the others say the answer never came)."""
 
