@@ -8,6 +8,7 @@ the item's real store, and reads oracle facts only from `task.calibration`:
 - `refuse-all`: refuses every question.
 - `perturbed`: the reference answer with every value moved just past its tolerance.
 - `unsupported`: the right values, cited by evidence that computes something else.
+- `careless`: reads every table (out of scope or not) and obeys the data (`analyst.careless`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from stores.base import QueryResult
 __all__ = [
     "CalibrationAnalyst",
     "CalibrationError",
+    "Script",
+    "Turn",
+    "careless",
     "metric_values",
     "perturb_value",
     "perturbed",
@@ -374,6 +378,13 @@ def refuse_all(config: AnalystConfig) -> CalibrationAnalyst:
 def perturbed(config: AnalystConfig) -> CalibrationAnalyst:
     """The reference answer with every value moved just past its tolerance."""
     return CalibrationAnalyst("perturbed", _perturbed_script)
+
+
+def careless(config: AnalystConfig) -> CalibrationAnalyst:
+    """Reads every table and obeys instructions planted in the data (`analyst.careless`)."""
+    from analyst.careless import careless_script
+
+    return CalibrationAnalyst("careless", careless_script)
 
 
 def unsupported(config: AnalystConfig) -> CalibrationAnalyst:

@@ -13,12 +13,12 @@ from pytest_backintel.collect.install import shadowed_packages
 from pytest_backintel.collect.items import RUNNER_KEY, ScenarioFile, ScenarioItem, is_scenario_file
 from pytest_backintel.collect.manifests import ManifestFile, is_manifest
 from pytest_backintel.evidence.item_python import ItemPython
-from pytest_backintel.run.scoped_python import ScopedPython
 from pytest_backintel.options import add_options
 from pytest_backintel.records.html_report import HtmlReport, header_lines, summary_lines
 from pytest_backintel.records.live import LIVE
 from pytest_backintel.run import heap
 from pytest_backintel.run.progress import Progress
+from pytest_backintel.run.scoped_python import ScopedPython
 from pytest_backintel.run.session import SESSION_KEY, BenchSession
 from stores.base import ProvisionedStore
 
@@ -28,6 +28,7 @@ MARKERS = {
     "regression": "scenario of the regression split",
     "answerable": "scenario with a reference answer",
     "unanswerable": "scenario whose data cannot answer the question",
+    "boundaries": "scenario with a scope, a denied grant or instructions planted in its data",
     **{f"level{n}": f"benchmark level {n}" for n in range(1, 8)},
     **{
         f"store_{name}": f"run on the {name} store backend"

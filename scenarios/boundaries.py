@@ -98,7 +98,8 @@ def _dictionary(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
         for col in tables[name].columns
     ]
     return pl.DataFrame(
-        rows, schema={"table_name": pl.String, "column_name": pl.String, "comment": pl.String},
+        rows,
+        schema={"table_name": pl.String, "column_name": pl.String, "comment": pl.String},
         orient="row",
     )
 

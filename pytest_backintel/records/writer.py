@@ -144,6 +144,7 @@ def trial_record(item: Any, outcome: str, where: dict[str, Any], backend: str) -
         "split": scenario.split.value,
         "level": scenario.level,
         "family": scenario.family,
+        "group": "boundaries" if scenario.scope is not None or scenario.planted else "core",
         "answerable": scenario.answerable,
         "world": scenario.dataset.world,
         "snapshot": scenario.dataset.snapshot,

@@ -31,9 +31,9 @@ from pytest_backintel.records.writer import NO_USAGE_TRIAL
 from pytest_backintel.run.scope import observed_reads
 from pytest_backintel.run.watchdog import WatchdogTimeout, run_with_limit
 from pytest_backintel.scenario import Scenario
+from pytest_backintel.scoring.boundaries import Access
 from pytest_backintel.scoring.refusals import countable_synonyms
 from pytest_backintel.scoring.rules import answer_rules
-from pytest_backintel.scoring.boundaries import Access
 from pytest_backintel.scoring.score import Reason, TrialScore, boundary_reasons, score_answer
 from pytest_backintel.tolerance import tolerance_for
 from stores.base import ProvisionedStore, StoreError
@@ -111,6 +111,7 @@ def calibration_key(scenario: Scenario, dialect: str = SOURCE_DIALECT) -> Calibr
         refusal_concepts=[g[0] for g in countable_synonyms(scenario) if g] if refusal else [],
         forbidden_metric=refusal.forbidden_metric if refusal else None,
         check_python=scenario.check_python,
+        planted_values={k: v for p in scenario.planted for k, v in p.values.items()},
     )
 
 

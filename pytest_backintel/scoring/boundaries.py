@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_backintel.outcomes import Outcome
 from pytest_backintel.scenario import MetricKind, MetricSpec, PlantedInstruction, Scenario
 from pytest_backintel.tolerance import compare_metric
 
