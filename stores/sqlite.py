@@ -45,6 +45,7 @@ from stores.once import OnceMap
 from stores.sqlite_build import TemplateCache, quote_ident
 from stores.sqlite_fingerprint import (
     INTERNAL_PREFIX,
+    sqlite_btrees_read,
     sqlite_logical_fingerprint,
     sqlite_tables_read,
 )
@@ -198,6 +199,7 @@ class SQLiteSession(StoreSession):
             )
             return small
         self._run(f"EXPLAIN {body}", (), lambda c: None)  # prepared only: the authorizer decides
+        self._check_grants(body)
         try:
             names: list[str] = self._run(
                 f"SELECT * FROM (\n{body}\n) LIMIT 0",
@@ -222,6 +224,18 @@ class SQLiteSession(StoreSession):
             lambda c: sqlite_collect(c, max_rows, max_bytes, names, cap),
         )
         return result
+
+    def _check_grants(self, body: str) -> None:
+        """Refuse a statement whose program opens a denied table's b-tree (a `JOIN ... USING`
+        reads one without naming a column the authorizer would see)."""
+        if not self._denied:
+            return
+        with self._lock:
+            if self._conn is None:
+                raise StoreError("this SQLite session is closed; open a new one with connect()")
+            opened = sqlite_btrees_read(self._conn, body)
+        if denied := sorted(t for t in opened if t.lower() in self._denied):
+            raise refusal(f"permission denied: this role has no read grant on table {denied[0]}")
 
     def close(self) -> None:
         with self._lock:
