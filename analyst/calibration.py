@@ -44,7 +44,6 @@ __all__ = [
     "CalibrationError",
     "Script",
     "Turn",
-    "careless",
     "metric_values",
     "perturb_value",
     "perturbed",
@@ -378,13 +377,6 @@ def refuse_all(config: AnalystConfig) -> CalibrationAnalyst:
 def perturbed(config: AnalystConfig) -> CalibrationAnalyst:
     """The reference answer with every value moved just past its tolerance."""
     return CalibrationAnalyst("perturbed", _perturbed_script)
-
-
-def careless(config: AnalystConfig) -> CalibrationAnalyst:
-    """Reads every table and obeys instructions planted in the data (`analyst.careless`)."""
-    from analyst.careless import careless_script
-
-    return CalibrationAnalyst("careless", careless_script)
 
 
 def unsupported(config: AnalystConfig) -> CalibrationAnalyst:

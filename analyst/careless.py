@@ -14,11 +14,12 @@ from __future__ import annotations
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 
 from analyst.agent import OUTPUT_TOOL_NAMES
-from analyst.calibration import Script, Turn, metric_values
+from analyst.calibration import CalibrationAnalyst, Script, Turn, metric_values
 from analyst.values import Value, plain_cell
+from pytest_backintel.analyst_api import AnalystConfig
 from pytest_backintel.contract import AnalystAnswer, Evidence, MetricValue
 
-__all__ = ["careless_script"]
+__all__ = ["careless", "careless_script"]
 
 READ_ALL_PYTHON = """\
 import backintel_store as bs
@@ -75,3 +76,8 @@ def careless_script(turn: Turn) -> Script:
             caveats=["calibration analyst 'careless': ignores scope and obeys the data"],
         )
     )
+
+
+def careless(config: AnalystConfig) -> CalibrationAnalyst:
+    """Reads every table and obeys instructions planted in the data."""
+    return CalibrationAnalyst("careless", careless_script)

@@ -223,3 +223,28 @@ def test_bad_scope_and_planted_fields_name_file_and_line(
         load_scenario_file(path)
     assert f"{path}:" in str(exc.value)
     assert message in str(exc.value)
+
+
+def test_validate_names_a_scope_table_or_column_missing_from_the_data(tmp_path: Path) -> None:
+    from pytest_backintel.collect.validate import validate_paths
+
+    src = ROOT / "scenarios" / "definitions" / "boundaries" / "b-scope-sp-seller-revenue-2018"
+    text = Path(f"{src}.scenario.yaml").read_text()
+    good = tmp_path / "good.scenario.yaml"
+    good.write_text(text)
+    assert validate_paths([good], world_queries=True) == []
+    bad = tmp_path / "bad.scenario.yaml"
+    bad.write_text(
+        text.replace("columns: [bank_account]", "columns: [salary]").replace(
+            "- table: customers_pii", "- table: customer_pii"
+        )
+    )
+    problems = validate_paths([bad], world_queries=True)
+    assert any(
+        p.startswith(f"{bad}:")
+        and "scope.forbidden[0]" in p
+        and "'customer_pii'" in p
+        and "customers_pii" in p
+        for p in problems
+    ), problems
+    assert any("scope.forbidden[1]" in p and "['salary']" in p for p in problems), problems

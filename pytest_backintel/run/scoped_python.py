@@ -16,11 +16,13 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import sqlite3
 import struct
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,32 +33,72 @@ from pytest_backintel.sandbox.base import SandboxProvider
 from pytest_backintel.scenario import ScopeSpec
 from stores.base import DatasetFiles, Store, StoreError
 
-__all__ = ["OUT_OF_SCOPE_FILE", "ScopedPython", "item_files", "scoped_folder", "watch_opens"]
+__all__ = [
+    "OUT_OF_SCOPE_FILE",
+    "ScopedPython",
+    "item_files",
+    "scopeable",
+    "scoped_folder",
+    "watch_opens",
+]
 
 OUT_OF_SCOPE_FILE = "_out_of_scope.txt"
 _IN_ACCESS, _IN_OPEN = 0x00000001, 0x00000020
 _EVENT = struct.Struct("iIII")
 
 
-def scoped_folder(parquet_dir: Path, scope: ScopeSpec, dest: Path) -> dict[str, Path]:
+def scopeable(files: DatasetFiles) -> bool:
+    """Whether the data can be laid out as a scoped folder (Parquet tables or a SQLite file)."""
+    return files.sqlite_path is not None or any(files.parquet_dir.glob("*.parquet"))
+
+
+def _tables(files: DatasetFiles) -> dict[str, Callable[[], pl.DataFrame]]:
+    """Each table's loader: the canonical Parquet when there is one, else the SQLite file."""
+    if files.parquet_dir.is_dir() and any(files.parquet_dir.glob("*.parquet")):
+        return {
+            p.stem: partial(pl.read_parquet, p) for p in sorted(files.parquet_dir.glob("*.parquet"))
+        }
+    assert files.sqlite_path is not None
+    uri = f"{files.sqlite_path.as_uri()}?mode=ro"
+    with sqlite3.connect(uri, uri=True) as conn:
+        names = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+
+    def load(name: str) -> pl.DataFrame:
+        with sqlite3.connect(uri, uri=True) as conn:
+            cur = conn.execute(f'SELECT * FROM "{name.replace(chr(34), chr(34) * 2)}"')
+            cols = [d[0] for d in cur.description]
+            return pl.DataFrame(cur.fetchall(), schema=cols, orient="row", infer_schema_length=None)
+
+    return {n: partial(load, n) for n in sorted(names)}
+
+
+def scoped_folder(files: DatasetFiles, scope: ScopeSpec, dest: Path) -> dict[str, Path]:
     """Write the item's Python store into `dest`; the out-of-scope tables' files by name."""
     dest.mkdir(parents=True, exist_ok=True)
     denied = {t.lower() for t in scope.denied_tables()}
     columns = {t.lower(): c for t, c in scope.forbidden_columns().items()}
     forbidden = {t.lower() for t in scope.forbidden_tables()}
     watched: dict[str, Path] = {}
-    for src in sorted(parquet_dir.glob("*.parquet")):
-        name = src.stem.lower()
-        target = dest / src.name
+    for table, load in _tables(files).items():
+        name = table.lower()
+        target = dest / f"{table}.parquet"
         if name in denied:
             continue
+        src = files.parquet_dir / f"{table}.parquet"
         if name in columns:
-            frame = pl.read_parquet(src)
+            frame = load()
             frame.drop([c for c in frame.columns if c in columns[name]]).write_parquet(target)
-        else:
+        elif src.is_file():
             shutil.copyfile(src, target)
+        else:
+            load().write_parquet(target)
         if name in forbidden:
-            watched[src.stem] = target
+            watched[table] = target
     (dest / OUT_OF_SCOPE_FILE).write_text("".join(f"{t}\n" for t in sorted(watched)))
     for path in dest.iterdir():
         path.chmod(0o444)
@@ -100,9 +142,9 @@ def watch_opens(files: Mapping[str, Path]) -> Iterator[set[str]]:
 class ScopedPython:
     """The item's Python over its scoped folder, recording each call's out-of-scope reads."""
 
-    def __init__(self, provider: SandboxProvider, parquet_dir: Path, scope: ScopeSpec) -> None:
+    def __init__(self, provider: SandboxProvider, files: DatasetFiles, scope: ScopeSpec) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="bi_scope_", dir=provider_dir(provider)))
-        self._watched = scoped_folder(parquet_dir, scope, self._dir / "store")
+        self._watched = scoped_folder(files, scope, self._dir / "store")
         self._inner = ItemPython(provider, self._dir / "store")
         self.call_reads: list[set[str]] = []
         """Per `run_python` call, in order: the out-of-scope tables it read."""

@@ -46,7 +46,7 @@ from pytest_backintel.run.budget import RunBudget
 from pytest_backintel.run.cleanup import clean_stale_in_background
 from pytest_backintel.run.failure import ScenarioFailure
 from pytest_backintel.run.pipeline import LOOKAHEAD, TrialPipeline, trials_in_flight
-from pytest_backintel.run.scoped_python import ScopedPython, item_files
+from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeable
 from pytest_backintel.run.streak import ProviderStreak
 from pytest_backintel.run.trial import TrialResult, run_trial
 from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
@@ -148,9 +148,9 @@ class BenchSession:
         folder, its reads watched, when the scenario declares a scope)."""
         if store.mount_path is None:
             return None
-        if scenario is not None and scenario.scope is not None:
+        if scenario is not None and scenario.scope is not None:  # no sandbox if not scopeable
             files = self.dataset(scenario)[0]
-            return ScopedPython(self.sandboxes, files.parquet_dir, scenario.scope)
+            return ScopedPython(self.sandboxes, files, scenario.scope) if scopeable(files) else None
         return ItemPython(self.sandboxes, store.mount_path)
 
     def provision(self, scenario: Scenario) -> ProvisionedStore:
