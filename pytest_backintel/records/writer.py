@@ -146,6 +146,7 @@ def trial_record(item: Any, outcome: str, where: dict[str, Any], backend: str) -
         "family": scenario.family,
         "group": "boundaries" if scenario.scope is not None or scenario.planted else "core",
         "answerable": scenario.answerable,
+        "question": scenario.question,
         "world": scenario.dataset.world,
         "snapshot": scenario.dataset.snapshot,
         "backend": backend,
