@@ -113,6 +113,8 @@ def watch_opens(files: Mapping[str, Path]) -> Iterator[set[str]]:
         yield opened
         return
     libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "inotify_init1"):
+        raise StoreError("reads in run_python are watched with inotify, which needs Linux")
     fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
     if fd < 0:
         raise StoreError(f"inotify_init1 failed: {os.strerror(ctypes.get_errno())}")
