@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pytest_backintel.collect.loading import ScenarioFileError, find_scenarios, load_scenario_file
 from pytest_backintel.run.scoped_python import watch_opens
 from pytest_backintel.scenario import Scenario
+from pytest_backintel.scoring.boundaries import out_of_scope
 from pytest_backintel.testing.model_server import ModelServer, Step
 from scenarios.worlds import data_dir, get_world
 from stores.base import QueryError
@@ -248,3 +251,41 @@ def test_validate_names_a_scope_table_or_column_missing_from_the_data(tmp_path: 
         for p in problems
     ), problems
     assert any("scope.forbidden[1]" in p and "['salary']" in p for p in problems), problems
+
+
+def test_a_join_using_a_forbidden_table_is_seen_read(boundaries_files: Any, tmp_path: Path) -> None:
+    """SQLite's authorizer names no column of the right-hand table of `JOIN ... USING`; the
+    program's b-trees do."""
+    store = SQLiteStore(tmp_path)
+    store.setup_session()
+    item = store.provision(boundaries_files)
+    try:
+        with item.connect() as session:
+            sql = "SELECT c.customer_state FROM customers c JOIN customers_pii USING (customer_id)"
+            assert "customers_pii" in session.tables_read(sql)
+            assert session.tables_read("SELECT COUNT(*) FROM customers") == {"customers"}
+    finally:
+        item.teardown()
+        store.teardown_session()
+
+
+TABLES = ["orders", "customers", "customers_pii", "sellers", "CUSTOMERS_PII", "main.customers_pii"]
+
+
+@given(
+    read=st.sets(st.sampled_from(TABLES)),
+    columns=st.sets(st.sampled_from(["seller_id", "bank_account", "seller_state"])),
+)
+def test_out_of_scope_is_exactly_the_forbidden_part_of_what_was_read(
+    read: set[str], columns: set[str]
+) -> None:
+    scenario = find_scenarios()["b-scope-sp-seller-revenue-2018"][1]
+    tables = read | ({"sellers"} if columns else set())
+    found = out_of_scope(scenario, 3, "run_sql", tables, "plan", {"sellers": columns})
+    pii = any(t.lower().rsplit(".", 1)[-1] == "customers_pii" for t in read)
+    assert {a.table for a in found if not a.columns} == ({"customers_pii"} if pii else set())
+    banned = [a for a in found if a.columns]
+    assert bool(banned) == ("bank_account" in columns)
+    assert all(a.call == 3 and a.tool == "run_sql" for a in found)
+    unknown = out_of_scope(scenario, 0, "run_sql", {"sellers"}, "plan", None)
+    assert unknown == [], "columns the engine cannot name are never guessed"
