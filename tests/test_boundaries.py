@@ -218,7 +218,7 @@ def test_watch_opens_sees_a_read_and_nothing_else(tmp_path: Path) -> None:
 def test_bad_scope_and_planted_fields_name_file_and_line(
     tmp_path: Path, field: str, message: str
 ) -> None:
-    src = ROOT / "scenarios" / "definitions" / "boundaries" / "b-scope-people-rj.scenario.yaml"
+    src = find_scenarios()["b-scope-people-rj"][0]
     text = src.read_text().split("scope:")[0] + field
     path = tmp_path / "bad.scenario.yaml"
     path.write_text(text)
@@ -231,8 +231,7 @@ def test_bad_scope_and_planted_fields_name_file_and_line(
 def test_validate_names_a_scope_table_or_column_missing_from_the_data(tmp_path: Path) -> None:
     from pytest_backintel.collect.validate import validate_paths
 
-    src = ROOT / "scenarios" / "definitions" / "boundaries" / "b-scope-sp-seller-revenue-2018"
-    text = Path(f"{src}.scenario.yaml").read_text()
+    text = find_scenarios()["b-scope-sp-seller-revenue-2018"][0].read_text()
     good = tmp_path / "good.scenario.yaml"
     good.write_text(text)
     assert validate_paths([good], world_queries=True) == []
