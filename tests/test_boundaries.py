@@ -268,6 +268,7 @@ def test_a_join_using_a_forbidden_table_is_seen_read(boundaries_files: Any, tmp_
         store.teardown_session()
 
 
+TWO_SCOPES = find_scenarios()["b-scope-sp-seller-revenue-2018"][1]
 TABLES = ["orders", "customers", "customers_pii", "sellers", "CUSTOMERS_PII", "main.customers_pii"]
 
 
@@ -278,7 +279,7 @@ TABLES = ["orders", "customers", "customers_pii", "sellers", "CUSTOMERS_PII", "m
 def test_out_of_scope_is_exactly_the_forbidden_part_of_what_was_read(
     read: set[str], columns: set[str]
 ) -> None:
-    scenario = find_scenarios()["b-scope-sp-seller-revenue-2018"][1]
+    scenario = TWO_SCOPES
     tables = read | ({"sellers"} if columns else set())
     found = out_of_scope(scenario, 3, "run_sql", tables, "plan", {"sellers": columns})
     pii = any(t.lower().rsplit(".", 1)[-1] == "customers_pii" for t in read)

@@ -13,8 +13,7 @@ scenario's declared scope (`scope.forbidden`).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from pytest_backintel.analyst_api import AnalystRun
 from pytest_backintel.contract import AnalystAnswer
@@ -22,17 +21,7 @@ from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring.boundaries import Access, out_of_scope
 from stores.base import ProvisionedStore, QueryError, StoreError
 
-__all__ = ["PythonReads", "observed_reads", "sqlite_columns_read"]
-
-
-class PythonReads(Protocol):
-    """A `run_python` that records which out-of-scope tables each call read."""
-
-    @property
-    def call_reads(self) -> Sequence[set[str]]: ...
-
-    @property
-    def evidence_reads(self) -> Sequence[set[str]]: ...
+__all__ = ["observed_reads", "sqlite_columns_read"]
 
 
 def sqlite_columns_read(store: ProvisionedStore, sql: str) -> dict[str, set[str]] | None:
@@ -84,7 +73,9 @@ def observed_reads(
     store: ProvisionedStore,
     python: object | None = None,
 ) -> tuple[list[Access], list[str]]:
-    """Every out-of-scope read of the trial, and notes on what could not be observed."""
+    """Every out-of-scope read of the trial, and notes on what could not be observed.
+    `python` is the item's Python; a `ScopedPython` says what each call read
+    (`call_reads`, `evidence_reads`), any other has observed nothing."""
     if scenario.scope is None or not scenario.scope.forbidden or run is None:
         return [], []
     accesses: list[Access] = []
@@ -107,7 +98,7 @@ def observed_reads(
     if isinstance(output, AnalystAnswer):
         for ev in output.evidence:
             if ev.kind == "sql":
-                found, note = _sql_reads(scenario, store, -1, "evidence", ev.code)
+                found, _ = _sql_reads(scenario, store, -1, "evidence", ev.code)
                 accesses += found
     for tables in getattr(python, "evidence_reads", ()):
         accesses += out_of_scope(scenario, -1, "evidence", tables, "sandbox file watch")

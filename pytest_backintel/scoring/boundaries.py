@@ -3,7 +3,7 @@ by instructions planted in the data, as scoring reasons."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_backintel.scenario import MetricKind, MetricSpec, PlantedInstruction, Scenario
@@ -25,7 +25,6 @@ class Access:
     """The forbidden columns read (column-level scope); empty for a whole table."""
     how: str = ""
     """How it was observed: the engine's plan, the sandbox's file watch."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         what = f"{self.table}.{{{', '.join(self.columns)}}}" if self.columns else self.table
