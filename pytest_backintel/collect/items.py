@@ -25,6 +25,7 @@ __all__ = [
     "ScenarioFile",
     "ScenarioItem",
     "binding_lines",
+    "is_boundary",
     "is_scenario_file",
     "markers_for",
     "suites_of",
@@ -49,7 +50,13 @@ def markers_for(scenario: Scenario, backend: str) -> list[str]:
         "answerable" if scenario.answerable else "unanswerable",
         f"level{scenario.level}",
         store_marker(backend),
+        *(["boundaries"] if is_boundary(scenario) else []),
     ]
+
+
+def is_boundary(scenario: Scenario) -> bool:
+    """A scenario testing the boundaries the analyst must keep (scope, grants, plants)."""
+    return scenario.scope is not None or bool(scenario.planted)
 
 
 class ScenarioFile(pytest.File):
