@@ -11,7 +11,7 @@ import pytest
 from _pytest._code.code import TerminalRepr
 from _pytest._io import TerminalWriter
 
-from pytest_backintel.collect.backends import store_spec
+from pytest_backintel.collect.backends import store_spec, unmeasurable_on
 from pytest_backintel.collect.loading import SCHEMA_PATH, ScenarioFileError, load_scenario_file
 from pytest_backintel.collect.suites import own_suite
 from pytest_backintel.collect.user_data import check_world
@@ -139,6 +139,8 @@ class ScenarioItem(pytest.Function):
         item.scenario, item.trial, item.scenario_sha = scenario, trial, sha
         for name in markers_for(scenario, backend):
             item.add_marker(name)
+        if (why := unmeasurable_on(scenario, backend)) is not None:
+            item.add_marker(pytest.mark.skip(reason=why))
         item.extra_keyword_matches.add(scenario.family)
         return item
 
