@@ -38,6 +38,8 @@ class HandScorer:
         self.sandbox_name = sandbox
         self.backends = StoreBackends(lambda: data_dir)
         self.probes = Probes(lambda: data_dir / "perturbed")
+        self.probe_gaps: list[str] = []
+        """The tables the last answer's data probes kept whole, with why."""
         self._sandboxes: SandboxProvider | None = None
         self._stores: dict[tuple[str, str], ProvisionedStore] = {}
         self._files: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
@@ -90,6 +92,7 @@ class HandScorer:
             files, data_hash = self.dataset(scenario)
             backend = backend_for(self.backends, scenario, self.default_store)
             probes = self.probes.get(spec, backend, files, self._python, data_hash)
+            self.probe_gaps = sorted({note for probe in probes for note in probe.notes})
             evidence = reexecute(output, scenario, store, self._python(store.mount_path), probes)
         return score_answer(
             scenario, output, evidence, self.reference(scenario, manifest)

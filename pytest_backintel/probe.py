@@ -42,9 +42,13 @@ class DataProbe:
         store: ProvisionedStore,
         dialect: str,
         python: Callable[[], Callable[[str], Any] | None] | None = None,
+        notes: list[str] | None = None,
     ) -> None:
         self.store = store
         self.dialect = dialect
+        self.notes = list(notes or [])
+        """The tables this probe keeps whole, with why (`perturb.notes_of`): evidence over
+        them alone is not checked against moved data."""
         self._python = python
         self._checks: dict[tuple[str, int], tuple[dict[str, Any], str | None]] = {}
         self._idle: list[StoreSession] = []
@@ -179,14 +183,14 @@ class Probes:
         probes = []
         for salt in SALTS:
             try:
-                store = self._provision(backend, files, form, salt, data_hash)
+                store, notes = self._provision(backend, files, form, salt, data_hash)
             except StoreError:
                 raise
             except Exception as exc:  # sqlite3, DuckDB, psycopg, polars, OS errors
                 why = f"could not build the data probe of {files.name!r}: {exc}"
                 raise StoreError(why) from exc
             runner = _once(partial(python, store.mount_path)) if python is not None else None
-            probes.append(DataProbe(store, backend.dialect, runner))
+            probes.append(DataProbe(store, backend.dialect, runner, notes))
         return probes
 
     def _provision(
@@ -196,30 +200,31 @@ class Probes:
         form: str | None,
         salt: int,
         data_hash: str | None,
-    ) -> ProvisionedStore:
+    ) -> tuple[ProvisionedStore, list[str]]:
         # imported here: only a run whose answers cite evidence builds probes (polars, Arrow)
-        from pytest_backintel.perturb import FILE_FORMS, perturb_dataset
+        from pytest_backintel.perturb import FILE_FORMS, notes_of, perturb_dataset
 
         if form == "parquet":
-            return backend.provision(perturb_dataset(files, self.cache_dir(), salt))
+            copy = perturb_dataset(files, self.cache_dir(), salt)
+            return backend.provision(copy), notes_of(copy)
         if form in FILE_FORMS:
             if data_hash is None:
                 raise ValueError(f"the {form} source of {files.name!r} has no data hash")
             from pytest_backintel.perturb_sources import perturb_source
 
             copy = perturb_source(files, form, self.cache_dir(), salt, data_hash)
-            return backend.provision(copy)
+            return backend.provision(copy), notes_of(copy)
         from pytest_backintel.perturb_sources import perturb_postgres
         from stores.postgres import ProvisionedPostgres
 
         store = backend.provision(files)  # a PostgreSQL clone of its own, perturbed in place
         try:
             assert isinstance(store, ProvisionedPostgres)
-            perturb_postgres(store.admin_dsn, salt)
+            notes = perturb_postgres(store.admin_dsn, salt)
         except Exception:
             store.teardown()
             raise
-        return store
+        return store, notes
 
     def teardown(self) -> None:
         with self._warming_lock:

@@ -57,6 +57,8 @@ class TrialResult:
     latency_s: float = 0.0
     fingerprint_before: dict[str, str] = field(default_factory=dict)
     fingerprint_after: dict[str, str] = field(default_factory=dict)
+    probe_gaps: list[str] = field(default_factory=list)
+    """The tables the data probes keep whole (`DataProbe.notes`), when evidence ran on them."""
 
     def to_record(self) -> dict[str, Any]:
         """The JSON-safe part of a run record that describes this trial."""
@@ -80,6 +82,7 @@ class TrialResult:
             "evidence": [e.to_json() for e in self.evidence],
             "usage": run.usage.to_json() if run else None,
             "warnings": [NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else [],
+            "probe_gaps": self.probe_gaps,
             "tool_calls": run.tool_calls if run else [],
             "provider_retries": run.provider_retries if run else [],
             "messages": run.messages if run else [],
@@ -214,12 +217,10 @@ def run_trial(
         assert run.output is not None
         if isinstance(run.output, AnalystAnswer):
             try:
+                used = probes() if probes is not None and run.output.evidence else ()
+                result.probe_gaps = sorted({note for probe in used for note in probe.notes})
                 result.evidence = reexecute(
-                    run.output,
-                    scenario,
-                    store,
-                    python.evidence if python else None,
-                    probes() if probes is not None and run.output.evidence else (),
+                    run.output, scenario, store, python.evidence if python else None, used
                 )
             except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
