@@ -240,11 +240,13 @@ def test_a_table_with_no_usable_key_is_named_in_the_score_records_and_run_json(
         "table 'Note' keeps every row",
         "table 'Rate' keeps every row",
     ], gaps
-    assert "nothing in it changes" in gaps[0] and "numbers are rescaled" in gaps[1]
+    assert "nothing in it changes" in gaps[0]
+    assert "numbers are rescaled" in gaps[1]
 
     run = pytest_run(folder, "--run-id", "r")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "WARNING: the data probe of" in run.stdout and "'Note'" in run.stdout
+    assert "WARNING: the data probe of" in run.stdout
+    assert "'Note'" in run.stdout
     records = [json.loads(line) for line in (folder / "results/r/records.jsonl").open()]
     assert all(r["probe_gaps"] == gaps for r in records), [r["probe_gaps"] for r in records]
     summary = json.loads((folder / "results/r/run.json").read_text())
