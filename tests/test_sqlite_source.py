@@ -1,0 +1,89 @@
+"""A user's SQLite file is used in place: each item reaches it under an opaque name of its own
+without a byte copy, read-only; a write to the source between two fingerprints is seen by the
+O(1) signature check; the content hash is streamed once per state and cached by signature."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from stores.base import DatasetFiles, QueryRefused
+from stores.sqlite_source import SignedHashes, SQLiteSourceStore
+
+
+def source(tmp_path: Path) -> Path:
+    path = tmp_path / "shop.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE orders (OrderId INTEGER PRIMARY KEY, Amount DECIMAL(10,2))")
+    con.executemany("INSERT INTO orders VALUES (?, ?)", [(i, i * 1.5) for i in range(1, 101)])
+    con.commit()
+    con.close()
+    return path
+
+
+def test_items_share_the_source_under_opaque_names_without_a_copy(tmp_path: Path) -> None:
+    src = source(tmp_path)
+    before = (src.read_bytes(), src.stat().st_mtime_ns, src.stat().st_mode)
+    store = SQLiteSourceStore(tmp_path / "stores" / "sqlite")
+    store.setup_session()
+    files = DatasetFiles("shop", parquet_dir=src, sqlite_path=src)
+    one, two = store.provision(files), store.provision(files)
+    try:
+        assert one.mount_path != two.mount_path
+        assert "shop" not in one.mount_path.name
+        assert one.mount_path.resolve() == src.resolve()  # the source itself, not a copy
+        items = [p for p in store.workdir.iterdir() if p.suffix == ".sqlite"]
+        assert len(items) == 2
+        assert all(p.is_symlink() for p in items)
+        with one.connect() as session:
+            assert session.run_sql("SELECT COUNT(*) AS n FROM orders").rows == [(100,)]
+            with pytest.raises(QueryRefused):
+                session.run_sql("DELETE FROM orders")
+        assert one.fingerprint() == two.fingerprint()
+    finally:
+        one.teardown()
+        two.teardown()
+        store.teardown_session()
+    assert not one.mount_path.exists()
+    assert not one.mount_path.is_symlink()
+    assert (src.read_bytes(), src.stat().st_mtime_ns, src.stat().st_mode) == before
+
+
+def test_a_write_to_the_source_during_a_trial_changes_the_fingerprint(tmp_path: Path) -> None:
+    src = source(tmp_path)
+    store = SQLiteSourceStore(tmp_path / "stores" / "sqlite")
+    store.setup_session()
+    item = store.provision(DatasetFiles("shop", parquet_dir=src, sqlite_path=src))
+    try:
+        first = item.fingerprint()
+        assert item.fingerprint() == first
+        con = sqlite3.connect(src)  # someone else writes the source
+        con.execute("UPDATE orders SET Amount = Amount + 1 WHERE OrderId = 7")
+        con.commit()
+        con.close()
+        after = item.fingerprint()
+        assert after.physical != first.physical
+        assert after.logical != first.logical
+    finally:
+        item.teardown()
+        store.teardown_session()
+
+
+def test_the_content_hash_is_cached_by_the_files_signature(tmp_path: Path) -> None:
+    src = source(tmp_path)
+    folder = tmp_path / "hashes"
+    state, digest = SignedHashes(folder).get(src)
+    assert len(list(folder.iterdir())) == 1
+    cached = next(folder.iterdir())
+    cached.write_text("f" * 64)  # a later process reads the cache instead of the file
+    assert SignedHashes(folder).get(src)[1] == "f" * 64
+    con = sqlite3.connect(src)
+    con.execute("DELETE FROM orders WHERE OrderId = 1")
+    con.commit()
+    con.close()
+    moved_state, moved = SignedHashes(folder).get(src)  # a new state: hashed again
+    assert moved not in (digest, "f" * 64)
+    assert moved_state.st_mtime_ns != state.st_mtime_ns or moved_state.st_size != state.st_size
+    assert len(list(folder.iterdir())) == 2
