@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.records import no_usage_warning
+from pytest_backintel.records.writer import no_usage_warning
 
 __all__ = [
     "CALIBRATION_BANNER",

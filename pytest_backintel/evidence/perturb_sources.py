@@ -1,0 +1,298 @@
+"""Perturbed copies of a user's own source (SQLite, DuckDB, CSV, PostgreSQL) in its own form,
+so evidence over data of your own must follow the data like evidence over a built world.
+
+The rows to drop and the values to scale are chosen by `perturb.perturb_tables` (the same
+transformation as for Parquet datasets); what differs is only how tables are read and written:
+
+- a SQLite or DuckDB file is copied and each table's rows are replaced in the copy, so every
+  type, constraint, index and view stays as in the source;
+- a CSV folder is read as the `files` store reads it (DuckDB's detection, or the folder's own
+  `_schema.json`) and written back with those types pinned in `_schema.json`;
+- a PostgreSQL source is perturbed in place in the item's own clone (`perturb_postgres`).
+
+A file copy is built once per source and salt under the cache folder, named by the source's
+data hash (a changed source gets a new copy); a PostgreSQL copy lives for the session.
+A table polars cannot hold in a frame (a column of mixed types) is kept as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pytest_backintel.evidence.perturb import (
+    FILE_FORMS,
+    PERTURB_VERSION,
+    build_once,
+    perturb_tables,
+    source_form,
+    write_done,
+)
+from stores.base import DatasetFiles
+from stores.schema_keys import (
+    DeclaredKeys,
+    duckdb_declared_keys,
+    postgres_declared_keys,
+    sqlite_declared_keys,
+)
+
+__all__ = ["FILE_FORMS", "perturb_postgres", "perturb_source", "source_form"]
+
+_SCHEMA = "_schema.json"
+
+
+def _frames(
+    read: Callable[[str], pl.DataFrame], tables: list[str], notes: list[str]
+) -> dict[str, pl.DataFrame]:
+    """Each table as a frame; a table polars cannot hold (mixed types) is left out, unchanged,
+    and named in `notes`."""
+    frames: dict[str, pl.DataFrame] = {}
+    for table in tables:
+        try:
+            frames[table] = read(table)
+        except (pl.exceptions.PolarsError, ValueError, TypeError, OverflowError) as exc:
+            why = f"its values cannot be read as one type per column ({type(exc).__name__})"
+            notes.append(f"table {table!r} is kept as it is: {why}; nothing in it changes")
+    return frames
+
+
+def _perturbed(
+    frames: dict[str, pl.DataFrame], salt: int, keys: DeclaredKeys, notes: list[str]
+) -> dict[str, pl.DataFrame]:
+    """`perturb_tables` with the source's declared keys (`evidence.perturb`)."""
+    return perturb_tables(frames, salt, keys, notes)
+
+
+_SQLITE_NUMERIC = ("REAL", "FLOA", "DOUB", "NUM", "DEC")
+"""Declared types with REAL or NUMERIC affinity (SQLite's rules), read as floats: a DECIMAL
+column whose values happen to be whole is stored as INTEGER and would not be rescaled."""
+
+
+def _sqlite_frame(con: sqlite3.Connection, table: str) -> pl.DataFrame:
+    cur = con.execute(f"SELECT * FROM {_q(table)}")
+    cols = [d[0] for d in cur.description]
+    df = pl.DataFrame(cur.fetchall(), schema=cols, orient="row", infer_schema_length=None)
+    declared = {
+        str(r[1]): str(r[2]).upper() for r in con.execute(f"PRAGMA table_info({_q(table)})")
+    }
+    numeric = [
+        c
+        for c in cols
+        if any(k in declared.get(c, "") for k in _SQLITE_NUMERIC)
+        and "INT" not in declared.get(c, "")
+        and df.schema[c].is_integer()
+    ]
+    return df.with_columns(pl.col(c).cast(pl.Float64) for c in numeric) if numeric else df
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _sqlite(src: Path, dst: Path, salt: int) -> list[str]:
+    source = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    con = sqlite3.connect(dst)
+    try:
+        source.backup(con)  # a consistent copy, a WAL file's pages included
+    finally:
+        source.close()
+    notes: list[str] = []
+    try:
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        frames = _frames(lambda t: _sqlite_frame(con, t), tables, notes)
+        keys = sqlite_declared_keys(con, tables)
+        con.execute("PRAGMA foreign_keys = OFF")
+        with con:
+            for table, df in _perturbed(frames, salt, keys, notes).items():
+                cols = ", ".join(_q(c) for c in df.columns)
+                marks = ", ".join("?" * len(df.columns))
+                con.execute(f"DELETE FROM {_q(table)}")
+                con.executemany(f"INSERT INTO {_q(table)} ({cols}) VALUES ({marks})", df.rows())
+        con.execute("VACUUM")
+    finally:
+        con.close()
+    return notes
+
+
+def _duckdb(src: Path, dst: Path, salt: int) -> list[str]:
+    import duckdb
+
+    shutil.copyfile(src, dst)
+    if (wal := src.with_name(src.name + ".wal")).is_file():
+        shutil.copyfile(wal, dst.with_name(dst.name + ".wal"))
+    con = duckdb.connect(str(dst), config={"autoload_known_extensions": "false"})
+    try:
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+                "AND table_type = 'BASE TABLE' ORDER BY 1"
+            ).fetchall()
+        ]
+        notes: list[str] = []
+        frames = _frames(lambda t: con.execute(f"SELECT * FROM {_q(t)}").pl(), tables, notes)
+        perturbed = _perturbed(frames, salt, duckdb_declared_keys(con), notes)
+        _replace_in_order(
+            list(perturbed),
+            lambda t: con.execute(f"DELETE FROM {_q(t)}"),
+            lambda t: _duckdb_insert(con, t, perturbed[t]),
+            duckdb.ConstraintException,
+        )
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    return notes
+
+
+def _duckdb_insert(con: Any, table: str, df: pl.DataFrame) -> None:
+    con.register("backintel_perturbed", df)
+    try:
+        con.execute(f"INSERT INTO {_q(table)} SELECT * FROM backintel_perturbed")
+    finally:
+        con.unregister("backintel_perturbed")
+
+
+def _replace_in_order(
+    tables: list[str],
+    delete: Callable[[str], object],
+    insert: Callable[[str], object],
+    blocked: type[Exception],
+) -> None:
+    """Empty every table (referencing tables first, found by retrying what a foreign key
+    blocks), then refill them in the reverse order."""
+    order: list[str] = []
+    pending = list(tables)
+    while pending:
+        left = []
+        for table in pending:
+            try:
+                delete(table)
+                order.append(table)
+            except blocked:
+                left.append(table)
+        if len(left) == len(pending):
+            raise ValueError(f"cannot empty {', '.join(left)}: foreign keys block every order")
+        pending = left
+    for table in reversed(order):
+        insert(table)
+
+
+def _csv(src: Path, dst: Path, salt: int) -> list[str]:
+    import duckdb
+
+    dst.mkdir()
+    pinned_path = src / _SCHEMA
+    pinned: dict[str, dict[str, str]] = (
+        json.loads(pinned_path.read_text()) if pinned_path.is_file() else {}
+    )
+    con = duckdb.connect(config={"autoload_known_extensions": "false"})
+    schema: dict[str, dict[str, str]] = {}
+    frames: dict[str, pl.DataFrame] = {}
+    notes: list[str] = []
+    try:
+        for path in sorted(src.glob("*.csv")):
+            where = _lit(str(path.resolve()))
+            if path.stem in pinned:
+                cols = ", ".join(f"{_lit(k)}: {_lit(v)}" for k, v in pinned[path.stem].items())
+                how = f"auto_detect = false, columns = {{{cols}}}"
+            else:
+                how = "auto_detect = true"
+            rel = con.sql(f"SELECT * FROM read_csv({where}, header = true, {how})")
+            schema[path.stem] = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
+            frames[path.stem] = rel.pl()
+        for table, df in _perturbed(frames, salt, DeclaredKeys(), notes).items():
+            con.register("backintel_perturbed", df)
+            target = _lit(str(dst / f"{table}.csv"))
+            con.execute(f"COPY backintel_perturbed TO {target} (HEADER, DELIMITER ',')")
+            con.unregister("backintel_perturbed")
+    finally:
+        con.close()
+    (dst / _SCHEMA).write_text(json.dumps(schema, indent=1))
+    return notes
+
+
+_BUILDERS: dict[str, Callable[[Path, Path, int], list[str]]] = {
+    "sqlite": _sqlite,
+    "duckdb": _duckdb,
+    "csv": _csv,
+}
+
+
+def _source_path(files: DatasetFiles, form: str) -> Path:
+    if form == "sqlite":
+        assert files.sqlite_path is not None
+        return files.sqlite_path
+    return files.extra[form]
+
+
+def _as_files(files: DatasetFiles, form: str, built: Path) -> DatasetFiles:
+    if form == "sqlite":
+        return DatasetFiles(files.name, parquet_dir=built, sqlite_path=built)
+    return DatasetFiles(files.name, parquet_dir=built, extra={form: built})
+
+
+def perturb_source(
+    files: DatasetFiles, form: str, cache_dir: Path, salt: int, data_hash: str
+) -> DatasetFiles:
+    """The perturbed copy of a SQLite/DuckDB file or CSV folder, built on first use under
+    `cache_dir` and reused while the source's data hash is the same (xdist-safe)."""
+    src = _source_path(files, form)
+    suffix = "" if form == "csv" else src.suffix
+    final = cache_dir / f"{files.name}-{form}-v{PERTURB_VERSION}-s{salt}-{data_hash[:16]}"
+    built = final / f"data{suffix}"
+
+    def build(tmp: Path) -> None:
+        notes = _BUILDERS[form](src, tmp / built.name, salt)
+        write_done(tmp, str(src), salt, notes)
+
+    build_once(cache_dir, final, build)
+    return _as_files(files, form, built)
+
+
+def perturb_postgres(admin_dsn: str, salt: int) -> list[str]:
+    """Perturb the database at `admin_dsn` (an item's own clone, never the source) in place:
+    foreign-key triggers are off for the rewrite (`session_replication_role = replica`).
+    Returns the tables it could not perturb, with why."""
+    import psycopg
+
+    notes: list[str] = []
+    with psycopg.connect(admin_dsn, autocommit=False) as con:
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
+                "AND table_type = 'BASE TABLE' ORDER BY 1"
+            ).fetchall()
+        ]
+
+        def read(table: str) -> pl.DataFrame:
+            cur = con.execute(f"SELECT * FROM public.{_q(table)}")
+            cols = [d.name for d in cur.description or []]
+            return pl.DataFrame(cur.fetchall(), schema=cols, orient="row", infer_schema_length=None)
+
+        frames = _frames(read, tables, notes)
+        keys = postgres_declared_keys(con)
+        con.execute("SET LOCAL session_replication_role = replica")
+        for table, df in _perturbed(frames, salt, keys, notes).items():
+            con.execute(f"DELETE FROM public.{_q(table)}")
+            cols = ", ".join(_q(c) for c in df.columns)
+            with con.cursor().copy(f"COPY public.{_q(table)} ({cols}) FROM STDIN") as copy:
+                for row in df.rows():
+                    copy.write_row(row)
+        con.commit()
+    return notes
