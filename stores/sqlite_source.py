@@ -94,8 +94,13 @@ class SQLiteSourceStore(SQLiteStore):
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
         self._hashes = SignedHashes(self.workdir.parent / "hashes")
 
+    def source_file(self, dataset: DatasetFiles) -> Path:
+        """The file items read: the source itself, or its rollback-journal copy when the
+        source is in WAL mode (made once per process and state)."""
+        return self._templates.template(dataset).resolve()
+
     def provision(self, dataset: DatasetFiles) -> SQLiteProvisionedStore:
-        source = self._templates.template(dataset).resolve()
+        source = self.source_file(dataset)
         self.workdir.mkdir(parents=True, exist_ok=True)
         while True:  # the id is random; a (vanishingly rare) clash retries
             store_id = new_store_id()

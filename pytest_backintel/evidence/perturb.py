@@ -48,6 +48,7 @@ __all__ = [
     "PERTURB_VERSION",
     "build_once",
     "id_like",
+    "key_names",
     "notes_of",
     "perturb_dataset",
     "perturb_tables",
@@ -64,7 +65,7 @@ DROP_ONE_IN = 4
 DONE_FILE = "perturbed.json"
 
 
-def _canonical(table: str, columns: list[str]) -> dict[str, str]:
+def key_names(table: str, columns: list[str]) -> dict[str, str]:
     """Column -> key name, lower-cased, with a short table-wide prefix removed
     (`l_orderkey` -> `orderkey`, `CustomerId` -> `customerid`)."""
     prefixes = {c.split("_", 1)[0] for c in columns if "_" in c}
@@ -179,7 +180,7 @@ def perturb_tables(
     import polars as pl
 
     keys = keys or DeclaredKeys()
-    names = {t: _canonical(t, df.columns) for t, df in tables.items()}
+    names = {t: key_names(t, df.columns) for t, df in tables.items()}
     entity: dict[str, tuple[str, str]] = {}  # key name -> (table, column) it identifies
     drops: dict[str, pl.Series] = {}
     direct: dict[str, pl.Expr] = {}  # tables whose own sampled rows are dropped by a hash

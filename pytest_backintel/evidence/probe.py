@@ -180,17 +180,48 @@ class Probes:
         if form is None and not _is_postgres_clone(backend):
             return []  # no data of a form the probe can copy: tables-read check only
         probes = []
+        views = self._view_plan(backend, files, form, data_hash)
         for salt in SALTS:
             try:
-                store, notes = self._provision(backend, files, form, salt, data_hash)
+                if views is not None:
+                    store, notes = self._view_probe(backend, files, salt, data_hash, views)
+                else:
+                    store, notes = self._provision(backend, files, form, salt, data_hash)
             except StoreError:
                 raise
             except Exception as exc:  # sqlite3, DuckDB, psycopg, polars, OS errors
                 why = f"could not build the data probe of {files.name!r}: {exc}"
                 raise StoreError(why) from exc
-            runner = _once(partial(python, store.mount_path)) if python is not None else None
+            runner = _once(partial(_python_over, python, store)) if python is not None else None
             probes.append(DataProbe(store, backend.dialect, runner, notes))
         return probes
+
+    def _view_plan(
+        self, backend: Store, files: DatasetFiles, form: str | None, data_hash: str | None
+    ) -> Any:
+        """A SQLite source used in place: the plan of its probe as views (None otherwise)."""
+        from stores.sqlite_source import SQLiteSourceStore
+
+        if form != "sqlite" or data_hash is None or not isinstance(backend, SQLiteSourceStore):
+            return None
+        from pytest_backintel.evidence.perturb_views import sqlite_plan
+
+        try:
+            return sqlite_plan(backend.source_file(files))
+        except Exception as exc:  # sqlite3 or OS errors
+            raise StoreError(f"could not plan the data probe of {files.name!r}: {exc}") from exc
+
+    def _view_probe(
+        self, backend: Store, files: DatasetFiles, salt: int, data_hash: str | None, views: Any
+    ) -> tuple[ProvisionedStore, list[str]]:
+        from pytest_backintel.evidence.perturb_views import sqlite_view_probe
+        from stores.sqlite_source import SQLiteSourceStore
+
+        assert isinstance(backend, SQLiteSourceStore)
+        assert data_hash is not None
+        plan, notes = views
+        probe = sqlite_view_probe(backend, files, self.cache_dir(), salt, data_hash, plan, notes)
+        return probe, notes
 
     def _provision(
         self,
@@ -240,6 +271,12 @@ def _is_postgres_clone(backend: Store) -> bool:
     from stores.postgres_clone import PostgresCloneStore
 
     return isinstance(backend, PostgresCloneStore)
+
+
+def _python_over(python: PythonFactory, store: ProvisionedStore) -> Callable[[str], Any] | None:
+    """The Python runner over the probe's mount, read only when Python evidence first runs
+    (a probe of views writes its file then)."""
+    return python(store.mount_path)
 
 
 def _once(make: Callable[[], Any]) -> Callable[[], Any]:
