@@ -87,3 +87,34 @@ def test_the_content_hash_is_cached_by_the_files_signature(tmp_path: Path) -> No
     assert moved not in (digest, "f" * 64)
     assert moved_state.st_mtime_ns != state.st_mtime_ns or moved_state.st_size != state.st_size
     assert len(list(folder.iterdir())) == 2
+
+
+def test_the_probe_of_a_source_is_views_that_a_schema_name_cannot_bypass(tmp_path: Path) -> None:
+    """The probe's tables are TEMP views over the source: rows and amounts move, the source
+    is not read past them (`main.orders` in any spelling is refused), and the file written
+    for Python evidence holds exactly what the views show."""
+    from pytest_backintel.evidence.perturb_views import sqlite_plan
+    from stores.sqlite_probe import SQLiteProbeStore, materialise
+
+    src = source(tmp_path)
+    plans, notes = sqlite_plan(src)
+    assert notes == []
+    assert plans["orders"].key == ["OrderId"]
+    assert plans["orders"].scale == ["Amount"]
+    probe = SQLiteProbeStore(src, "bi_probe", 10.0, plans, salt=1)
+    query = "SELECT COUNT(*) AS n, ROUND(SUM(Amount), 4) AS s FROM orders"
+    try:
+        with probe.connect() as session:
+            ((count, total),) = session.run_sql(query).rows
+            assert 50 < count < 100  # about one in four rows dropped
+            for bypass in ("main.orders", '"MAIN"."orders"', "[Main].orders"):
+                with pytest.raises(QueryRefused, match="past the probe's view"):
+                    session.run_sql(f"SELECT COUNT(*) FROM {bypass}")
+    finally:
+        probe.teardown()
+    whole = sqlite3.connect(src).execute("SELECT COUNT(*), SUM(Amount) FROM orders").fetchone()
+    assert whole[0] == 100
+    materialise(src, plans, 1, tmp_path / "probe.sqlite")
+    con = sqlite3.connect(tmp_path / "probe.sqlite")
+    assert con.execute(query).fetchone() == (count, total)
+    con.close()
