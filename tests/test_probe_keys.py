@@ -252,3 +252,46 @@ def test_a_table_with_no_usable_key_is_named_in_the_score_records_and_run_json(
     summary = json.loads((folder / "results/r/run.json").read_text())
     assert summary["probe_gaps"] == gaps
     assert any("table 'Note' keeps every row" in w for w in summary["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("id", True),
+        ("Id", True),
+        ("ID", True),
+        ("customer_id", True),
+        ("CustomerId", True),
+        ("CustomerID", True),
+        ("l_orderkey", True),
+        ("OrderKey", True),
+        ("paid", False),
+        ("valid", False),
+        ("Total", False),
+        ("idea", False),
+    ],
+)
+def test_key_names_in_every_common_form(name: str, expected: bool) -> None:
+    from pytest_backintel.evidence.perturb import id_like
+
+    assert id_like(name) is expected
+
+
+def test_a_link_tables_id_like_columns_together_are_its_key() -> None:
+    """No declared key and no unique id-like column: the id-like columns together (a link
+    table's composite key) identify a row; without any, the table has no key."""
+    import polars as pl
+
+    from pytest_backintel.evidence.perturb import entity_key, key_names
+
+    link = pl.DataFrame({"PlaylistId": [1, 1, 2, 2], "TrackId": [1, 2, 1, 2], "Pos": [1, 2, 1, 2]})
+    assert entity_key(link, key_names("PlaylistTrack", link.columns), None) == [
+        "PlaylistId",
+        "TrackId",
+    ]
+    assert entity_key(link, key_names("PlaylistTrack", link.columns), ["Pos", "TrackId"]) == [
+        "Pos",
+        "TrackId",
+    ]
+    plain = pl.DataFrame({"Country": ["a", "b"], "Vat": [0.1, 0.2]})
+    assert entity_key(plain, key_names("Rate", plain.columns), None) == []
