@@ -295,3 +295,24 @@ def test_a_link_tables_id_like_columns_together_are_its_key() -> None:
     ]
     plain = pl.DataFrame({"Country": ["a", "b"], "Vat": [0.1, 0.2]})
     assert entity_key(plain, key_names("Rate", plain.columns), None) == []
+
+
+def test_a_check_query_the_probe_cannot_run_is_named_not_silently_skipped(
+    tmp_path: Path,
+) -> None:
+    """A reference query that names `main.Invoice` cannot run on the probe's views (the
+    schema-qualified name is refused there), so the probe cannot check the evidence: the
+    literal is let through, and the score says why."""
+    write_sqlite(tmp_path / "chinook.sqlite")
+    folder = project(tmp_path, "{sqlite: ../chinook.sqlite}")
+    path = folder / "scenarios" / "usa-invoices.scenario.yaml"
+    path.write_text(path.read_text().replace("FROM Invoice", "FROM main.Invoice"))
+    assert backintel(folder, "references", "build").returncode == 0
+    value = truth()["usa-invoices"]
+    got = score(
+        folder, "usa-invoices", value, "sql", f"SELECT {value} AS usa_invoices FROM Invoice LIMIT 1"
+    )
+    assert got["outcome"] == "pass", got
+    (gap,) = got["probe_gaps"]  # type: ignore[misc]
+    assert gap.startswith("evidence is not checked against moved data: the check query failed")
+    assert "main.Invoice is read past the probe's view" in gap

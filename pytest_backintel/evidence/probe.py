@@ -95,6 +95,14 @@ class DataProbe:
                 self._checks[key] = (values, error)
         return self._checks[key]
 
+    def gaps(self, scenario: Scenario) -> list[str]:
+        """What this probe cannot check for `scenario`: the tables it keeps whole, and why
+        the check values are unknown when they are (then no evidence is checked on it)."""
+        _, unknown = self.check(scenario)
+        if unknown is None:
+            return list(self.notes)
+        return [*self.notes, f"evidence is not checked against moved data: {unknown}"]
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []

@@ -92,8 +92,8 @@ class HandScorer:
             files, data_hash = self.dataset(scenario)
             backend = backend_for(self.backends, scenario, self.default_store)
             probes = self.probes.get(spec, backend, files, self._python, data_hash)
-            self.probe_gaps = sorted({note for probe in probes for note in probe.notes})
             evidence = reexecute(output, scenario, store, self._python(store.mount_path), probes)
+            self.probe_gaps = sorted({gap for probe in probes for gap in probe.gaps(scenario)})
         return score_answer(
             scenario, output, evidence, self.reference(scenario, manifest)
         ), evidence

@@ -219,10 +219,10 @@ def run_trial(
         if isinstance(run.output, AnalystAnswer):
             try:
                 used = probes() if probes is not None and run.output.evidence else ()
-                result.probe_gaps = sorted({note for probe in used for note in probe.notes})
                 result.evidence = reexecute(
                     run.output, scenario, store, python.evidence if python else None, used
                 )
+                result.probe_gaps = sorted({gap for probe in used for gap in probe.gaps(scenario)})
             except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
                 return result
