@@ -316,3 +316,32 @@ def test_a_check_query_the_probe_cannot_run_is_named_not_silently_skipped(
     (gap,) = got["probe_gaps"]  # type: ignore[misc]
     assert gap.startswith("evidence is not checked against moved data: the check query failed")
     assert "main.Invoice is read past the probe's view" in gap
+
+
+def test_every_numeric_type_outside_keys_is_rescaled_and_keeps_its_type() -> None:
+    """FLOAT, DOUBLE and DECIMAL columns move (a DECIMAL keeps its precision and scale);
+    keys and integer counts do not."""
+    from decimal import Decimal
+
+    import polars as pl
+
+    from pytest_backintel.evidence.perturb import perturb_tables
+
+    n = 40
+    invoice = pl.DataFrame(
+        {
+            "InvoiceId": list(range(1, n + 1)),
+            "Quantity": [3] * n,
+            "Total": pl.Series([Decimal("12.34")] * n, dtype=pl.Decimal(10, 2)),
+            "Rate": pl.Series([0.5] * n, dtype=pl.Float32),
+            "Weight": [2.5] * n,
+        }
+    )
+    out = perturb_tables({"Invoice": invoice}, salt=1)["Invoice"]
+    assert out.schema == invoice.schema
+    assert 0 < out.height < n
+    assert out["Quantity"].unique().to_list() == [3]
+    kept = invoice.filter(pl.col("InvoiceId").is_in(out["InvoiceId"].implode()))
+    for col in ("Total", "Rate", "Weight"):
+        assert (out[col].cast(pl.Float64) > kept[col].cast(pl.Float64)).all(), col
+    assert out["InvoiceId"].to_list() == kept["InvoiceId"].to_list()
