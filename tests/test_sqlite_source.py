@@ -8,6 +8,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stores.base import DatasetFiles, QueryRefused
 from stores.sqlite_source import SignedHashes, SQLiteSourceStore
@@ -118,3 +120,54 @@ def test_the_probe_of_a_source_is_views_that_a_schema_name_cannot_bypass(tmp_pat
     con = sqlite3.connect(tmp_path / "probe.sqlite")
     assert con.execute(query).fetchone() == (count, total)
     con.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    customers=st.lists(st.integers(-(2**40), 2**40), min_size=0, max_size=30, unique=True),
+    links=st.lists(st.tuples(st.integers(0, 40), st.floats(-1e9, 1e9)), max_size=60),
+    salt=st.integers(1, 5),
+)
+def test_probe_views_keep_every_foreign_key_pointing_at_a_kept_row(
+    tmp_path_factory: pytest.TempPathFactory,
+    customers: list[int],
+    links: list[tuple[int, float]],
+    salt: int,
+) -> None:
+    """Whatever the keys and amounts, no invoice on the probe points at a dropped customer,
+    a probe never adds a row, and a table of 4 rows or more has a key, so it can lose rows."""
+    from pytest_backintel.evidence.perturb_views import sqlite_plan
+    from stores.sqlite_probe import SQLiteProbeStore
+
+    folder = tmp_path_factory.mktemp("probe")
+    path = folder / "db.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE Customer (CustomerId INTEGER PRIMARY KEY, Name TEXT)")
+    con.execute(
+        "CREATE TABLE Invoice (InvoiceId INTEGER PRIMARY KEY, CustomerId INTEGER "
+        "REFERENCES Customer (CustomerId), Total DECIMAL(10,2))"
+    )
+    con.executemany("INSERT INTO Customer VALUES (?, 'x')", [(c,) for c in customers])
+    invoices = [
+        (i, customers[k % len(customers)] if customers and k < 35 else None, total)
+        for i, (k, total) in enumerate(links)
+    ]
+    con.executemany("INSERT INTO Invoice VALUES (?, ?, ?)", invoices)
+    con.commit()
+    con.close()
+    plans, _ = sqlite_plan(path)
+    probe = SQLiteProbeStore(path, "bi_probe", 10.0, plans, salt)
+    try:
+        with probe.connect() as session:
+            orphans = session.run_sql(
+                "SELECT COUNT(*) FROM Invoice WHERE CustomerId IS NOT NULL AND CustomerId NOT IN "
+                "(SELECT CustomerId FROM Customer)"
+            ).rows
+            kept = session.run_sql("SELECT COUNT(*) FROM Invoice").rows[0][0]
+            kept_customers = session.run_sql("SELECT COUNT(*) FROM Customer").rows[0][0]
+    finally:
+        probe.teardown()
+    assert orphans == [(0,)]
+    assert kept <= len(invoices)
+    assert kept_customers <= len(customers)
+    assert plans["Customer"].key == (["CustomerId"] if len(customers) >= 4 else [])
