@@ -229,6 +229,7 @@ def test_size_table(tmp_path: Path) -> None:
     for kind in backends:
         for size in sizes_mb():
             rows.append((kind, size, measure(kind, size, tmp_path)))
+            print(f"measured {kind} {size} MB: {rows[-1][2]}", flush=True)  # long runs
     base = {kind: m["overhead_s"] for kind, size, m in rows if size == 1}
     print()
     print(
