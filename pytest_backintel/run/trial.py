@@ -24,7 +24,12 @@ from pytest_backintel.analyst_api import (
 from pytest_backintel.contract import AnalystAnswer, Refusal
 from pytest_backintel.evidence.dialects import SOURCE_DIALECT, translate
 from pytest_backintel.evidence.probe import DataProbe
-from pytest_backintel.evidence.reexecute import EvidenceResult, reexecute
+from pytest_backintel.evidence.reexecute import (
+    EvidenceBudget,
+    EvidenceClock,
+    EvidenceResult,
+    reexecute,
+)
 from pytest_backintel.evidence.values import jsonable
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records.writer import NO_USAGE_TRIAL
@@ -58,6 +63,8 @@ class TrialResult:
     latency_s: float = 0.0
     fingerprint_before: dict[str, str] = field(default_factory=dict)
     fingerprint_after: dict[str, str] = field(default_factory=dict)
+    evidence_budget: dict[str, Any] | None = None
+    """The answer's evidence budget and what re-execution spent of it (`EvidenceClock`)."""
     probe_gaps: list[str] = field(default_factory=list)
     """The tables the data probes keep whole (`DataProbe.notes`), when evidence ran on them."""
 
@@ -82,6 +89,7 @@ class TrialResult:
             "refusal": refusal_verdict(self.scenario, run.output if run else None),
             "answer": run.output.model_dump(mode="json") if run and run.output else None,
             "evidence": [e.to_json() for e in self.evidence],
+            "evidence_budget": self.evidence_budget,
             "usage": run.usage.to_json() if run else None,
             "warnings": [NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else [],
             "probe_gaps": self.probe_gaps,
@@ -164,6 +172,13 @@ def _ask(analyst: Analyst, task: AnalystTask) -> tuple[AnalystRun | None, Reason
     return run, None
 
 
+def _harness_bug(exc: Exception, where: str) -> TrialScore:
+    """`infra_error` for an unexpected exception out of the harness, with its traceback."""
+    return TrialScore.from_reasons(
+        [Reason(Outcome.INFRA_ERROR, str(InfraError.from_bug(exc, where)))]
+    )
+
+
 def run_trial(
     scenario: Scenario,
     trial: int,
@@ -218,15 +233,28 @@ def run_trial(
         assert run is not None
         assert run.output is not None
         if isinstance(run.output, AnalystAnswer):
+            budget = EvidenceBudget(limits.evidence_max_items, limits.evidence_time_s)
+            clock = EvidenceClock(budget)
             try:
-                used = probes() if probes is not None and run.output.evidence else ()
+                chosen = probes() if probes is not None and run.output.evidence else ()
+                clock = EvidenceClock(budget)  # building the probes is the harness's time
                 result.evidence = reexecute(
-                    run.output, scenario, store, python.evidence if python else None, used
+                    run.output,
+                    scenario,
+                    store,
+                    python.evidence if python else None,
+                    chosen,
+                    clock,
                 )
-                result.probe_gaps = sorted({gap for probe in used for gap in probe.gaps(scenario)})
+                result.probe_gaps = sorted({g for probe in chosen for g in probe.gaps(scenario)})
             except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
                 return result
+            except Exception as exc:  # the harness's own code failed: never the analyst's
+                result.score = _harness_bug(exc, "evidence re-execution")
+                return result
+            finally:
+                result.evidence_budget = clock.to_json()
         try:
             reference = load_reference(scenario) if scenario.answerable else {}
         except Exception as exc:  # a missing or stale reference is the harness's fault
@@ -234,7 +262,11 @@ def run_trial(
                 [Reason(Outcome.INFRA_ERROR, f"no usable reference: {exc}")]
             )
             return result
-        result.score = score_answer(scenario, run.output, result.evidence, reference)
+        try:
+            result.score = score_answer(scenario, run.output, result.evidence, reference)
+        except Exception as exc:
+            result.score = _harness_bug(exc, "scoring")
+            return result
     try:
         after = store.fingerprint()
     except StoreError as exc:
