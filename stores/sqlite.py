@@ -298,6 +298,11 @@ class SQLiteProvisionedStore(ProvisionedStore):
     def mount_path(self) -> Path:
         return self._path
 
+    def mark_pristine(self, state: os.stat_result, physical: str) -> None:
+        """The file is unwritten while its stat is `state` (inode, size, mode, mtime, ctime),
+        and its bytes then hash to `physical`: fingerprints skip reading it until it moves."""
+        self._pristine = (state, physical)
+
     def _check_live(self) -> None:
         if self._torn_down or not self._path.exists():
             raise StoreError(f"store {self.display_id} is torn down or its file is missing")
@@ -388,7 +393,7 @@ class SQLiteStore(Store):
             shutil.copyfile(source, dest)
             dest.chmod(0o444)
             os.utime(dest, ns=(PRISTINE_MTIME_NS, PRISTINE_MTIME_NS))
-            store._pristine = (dest.stat(), self._template_hash(source))
+            store.mark_pristine(dest.stat(), self._template_hash(source))
         except OSError as exc:
             store.teardown()
             raise StoreError(f"cannot copy dataset {dataset.name!r} to {dest}: {exc}") from exc

@@ -236,6 +236,7 @@ def _score(args: argparse.Namespace) -> int:
                 "outcome": score.outcome.value,
                 "reasons": [r.message for r in score.reasons],
                 "evidence": [e.to_json() for e in evidence],
+                "probe_gaps": scorer.probe_gaps,
             },
             indent=2,
             default=str,

@@ -1,9 +1,10 @@
 """Data a user has, as a `World`: a SQLite or DuckDB file, a Parquet or CSV folder, or an
 existing PostgreSQL database, bound in a scenario file (`dataset: {sqlite: shop.sqlite}`).
 
-Nothing is converted: each item gets a copy of the source as it is (a file copy, a folder copy
-served as DuckDB views, or a PostgreSQL clone by `CREATE DATABASE ... TEMPLATE`), read-only for
-the analyst and fingerprinted before and after like every store. A binding runs on its native
+Nothing is converted: each item gets the source as it is under an opaque name of its own (a
+SQLite file in place, through a per-item link, `stores.sqlite_source`; a folder copy served as
+DuckDB views; a PostgreSQL clone by `CREATE DATABASE ... TEMPLATE`), read-only for the analyst
+and fingerprinted before and after like every store. A binding runs on its native
 backend; `--store` may pick another backend only where that one serves the source losslessly
 (`LOSSLESS`), otherwise the run stops with one usage error. References come from the lock file
 beside the scenario (`pytest_backintel.collect.lockfile`), written by `backintel references build`.
@@ -166,6 +167,10 @@ class UserSource:
             from stores.files import CsvFolderStore
 
             return CsvFolderStore(workdir)
+        if self.kind == "sqlite" and spec == "sqlite":  # used in place: no copy per item
+            from stores.sqlite_source import SQLiteSourceStore
+
+            return SQLiteSourceStore(workdir)
         from stores.registry import load_store_class
 
         return load_store_class(spec)(workdir)

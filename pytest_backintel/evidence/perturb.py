@@ -5,12 +5,18 @@ Evidence is re-run on this copy and must give what the evaluator's check query g
 program that returns literals (alone, or hidden in a query over a real table) keeps its values
 while the data moved. The copy keeps referential integrity, so a correct query still joins:
 
-- rows are dropped by a deterministic hash of entity keys (a table's first column when it is
-  id-like and unique), and every row referring to a dropped key is dropped with it, to a
+- rows are dropped by a deterministic hash of entity keys: a table's declared primary key
+  (single or composite), else its first unique id-like column (`id`, `*_id`, `*Id`, `*ID`,
+  `*key`), else its id-like columns together; every row referring to a dropped key is dropped
+  with it, through declared foreign keys and through columns of the same key name, to a
   fixpoint (an order dropped with its customer takes its items, payments and reviews along);
   tables under `MIN_ROWS` rows keep every row;
-- every floating-point value is scaled by a factor between 1.0625 and 1.5 that varies from
-  row to row and column to column, so sums, means, ratios and price changes move.
+- every floating-point and DECIMAL value outside a key is scaled by a factor between 1.0625
+  and 1.5 that varies from row to row and column to column, so sums, means, ratios and price
+  changes move.
+
+A table whose rows cannot be dropped is named, with why, in the copy's notes (`notes_of`),
+which the run shows in its records and `run.json`.
 
 The copy is built once per source and salt as Parquet (under a file lock, renamed into place
 when complete) and provisioned through the same `Store` interface as the real copy.
@@ -29,6 +35,7 @@ from typing import TYPE_CHECKING
 from filelock import FileLock
 
 from stores.base import DatasetFiles
+from stores.schema_keys import DeclaredKeys, ForeignKey
 from stores.sqlite_build import build_from_parquet
 
 if TYPE_CHECKING:  # polars is imported where a copy is built, not where a built one is found
@@ -40,12 +47,16 @@ __all__ = [
     "MIN_ROWS",
     "PERTURB_VERSION",
     "build_once",
+    "id_like",
+    "key_names",
+    "notes_of",
     "perturb_dataset",
     "perturb_tables",
     "source_form",
+    "write_done",
 ]
 
-PERTURB_VERSION = 4
+PERTURB_VERSION = 5
 """Bumped whenever the transformation changes, so old copies are never reused."""
 SQLITE_FILE = "perturbed.sqlite"
 """The copy as one SQLite database, beside its Parquet files."""
@@ -54,16 +65,19 @@ DROP_ONE_IN = 4
 DONE_FILE = "perturbed.json"
 
 
-def _canonical(table: str, columns: list[str]) -> dict[str, str]:
-    """Column -> key name with a short table-wide prefix removed (`l_orderkey` -> `orderkey`)."""
+def key_names(table: str, columns: list[str]) -> dict[str, str]:
+    """Column -> key name, lower-cased, with a short table-wide prefix removed
+    (`l_orderkey` -> `orderkey`, `CustomerId` -> `customerid`)."""
     prefixes = {c.split("_", 1)[0] for c in columns if "_" in c}
     if len(prefixes) == 1 and len(next(iter(prefixes))) <= 2 and all("_" in c for c in columns):
-        return {c: c.split("_", 1)[1] for c in columns}
-    return {c: c for c in columns}
+        return {c: c.split("_", 1)[1].lower() for c in columns}
+    return {c: c.lower() for c in columns}
 
 
-def _id_like(name: str) -> bool:
-    return name.endswith(("_id", "key")) or name == "id"
+def id_like(name: str) -> bool:
+    """A key by naming convention: `id`, `*_id`, `*Id`, `*ID`, `*key`, `*_key`, `*Key`."""
+    low = name.lower()
+    return low == "id" or low.endswith(("_id", "key")) or name.endswith(("Id", "ID"))
 
 
 def _dropped(values: pl.Series, salt: int) -> pl.Series:
@@ -81,62 +95,176 @@ def _hits(df: pl.DataFrame, col: str, values: pl.Series) -> pl.Expr:
     return pl.col(col).cast(pl.String).is_in(values.cast(pl.String).implode())
 
 
-def perturb_tables(tables: dict[str, pl.DataFrame], salt: int = 1) -> dict[str, pl.DataFrame]:
-    """The perturbed tables (see the module docstring); deterministic for the same input and
-    `salt` (each salt drops other rows and scales by other factors)."""
+def _unique(df: pl.DataFrame, cols: list[str]) -> bool:
+    """No NULL in `cols` and no two rows with the same values there."""
+    if any(df[c].null_count() for c in cols):
+        return False
+    if len(cols) == 1:
+        return bool(df[cols[0]].n_unique() == df.height)
+    return bool(df.select(cols).is_unique().all())
+
+
+def entity_key(df: pl.DataFrame, names: dict[str, str], declared: list[str] | None) -> list[str]:
+    """The columns that identify a row: the declared primary key, else the first unique
+    id-like column, else every id-like column together when unique (a link table's
+    composite key); empty when there is none."""
+    if declared and all(c in df.columns for c in declared):
+        return list(declared)
+    like = [c for c in df.columns if id_like(c) or id_like(names[c])]
+    for col in like:
+        if _unique(df, [col]):
+            return [col]
+    if len(like) > 1 and _unique(df, like):
+        return like
+    return []
+
+
+def _without_orphans(
+    frames: dict[str, pl.DataFrame], fks: list[ForeignKey]
+) -> dict[str, pl.DataFrame]:
+    """Rows whose declared foreign key points at a dropped row are dropped too (to a
+    fixpoint), so the copy keeps the source's constraints."""
     import polars as pl
 
-    keys = {t: _canonical(t, df.columns) for t, df in tables.items()}
-    entity: dict[str, str] = {}  # key name -> the table it identifies
+    changed = True
+    while changed:
+        changed = False
+        for table, cols, parent, pcols in fks:
+            if table not in frames or parent not in frames or not cols:
+                continue
+            if not set(cols) <= set(frames[table].columns):
+                continue
+            if not set(pcols) <= set(frames[parent].columns):
+                continue
+            child = frames[table].with_row_index("__backintel_row")
+            keys = frames[parent].select(pcols).unique()
+            keys = keys.rename(dict(zip(pcols, cols, strict=True)))
+            keys = keys.cast({c: child.schema[c] for c in cols})
+            nulls = pl.any_horizontal([pl.col(c).is_null() for c in cols])
+            ok = child.filter(~nulls).join(keys, on=cols, how="semi")["__backintel_row"]
+            kept = child.filter(nulls | pl.col("__backintel_row").is_in(ok.implode()))
+            if kept.height < child.height:
+                frames[table], changed = kept.drop("__backintel_row"), True
+    return frames
+
+
+def _scale(df: pl.DataFrame, skip: set[str], salt: int, counter: list[int]) -> pl.DataFrame:
+    """Every floating-point and DECIMAL column (keys aside) scaled by a factor that varies by
+    row and column; a DECIMAL is cast back to its own precision, a value it cannot hold kept."""
+    import polars as pl
+
+    scaled = []
+    for col, dtype in df.schema.items():
+        if col in skip or not (dtype.is_float() or isinstance(dtype, pl.Decimal)):
+            continue
+        counter[0] += 1
+        index = pl.int_range(pl.len(), dtype=pl.Int64)
+        step = (index * 2654435761 + counter[0] * 97 + salt * 7919) % 8 + 1
+        if isinstance(dtype, pl.Decimal):
+            value = pl.col(col).cast(pl.Float64) * (1 + step / 16)
+            scaled.append(value.cast(dtype, strict=False).fill_null(pl.col(col)).alias(col))
+        else:
+            scaled.append((pl.col(col) * (1 + step / 16)).cast(dtype).alias(col))
+    return df.with_columns(scaled) if scaled else df
+
+
+def perturb_tables(
+    tables: dict[str, pl.DataFrame],
+    salt: int = 1,
+    keys: DeclaredKeys | None = None,
+    notes: list[str] | None = None,
+) -> dict[str, pl.DataFrame]:
+    """The perturbed tables (see the module docstring); deterministic for the same input and
+    `salt` (each salt drops other rows and scales by other factors). `keys` are the source's
+    declared keys; a table whose rows cannot be dropped is named in `notes`, with why."""
+    import polars as pl
+
+    keys = keys or DeclaredKeys()
+    names = {t: key_names(t, df.columns) for t, df in tables.items()}
+    entity: dict[str, tuple[str, str]] = {}  # key name -> (table, column) it identifies
     drops: dict[str, pl.Series] = {}
+    direct: dict[str, pl.Expr] = {}  # tables whose own sampled rows are dropped by a hash
+    key_cols: dict[str, list[str]] = {}
     for table, df in sorted(tables.items()):
-        first = df.columns[0] if df.columns else None
-        if first is None or not _id_like(keys[table][first]) or df.height < MIN_ROWS:
+        cols = entity_key(df, names[table], keys.primary.get(table))
+        key_cols[table] = cols
+        if not cols or df.height < MIN_ROWS:
             continue
-        if df[first].n_unique() != df.height or df[first].null_count():
-            continue
-        key = keys[table][first]
-        if key not in entity:
-            entity[key] = table
-            drops[key] = _dropped(df[first], salt)
+        name = names[table][cols[0]]
+        if len(cols) == 1 and name != "id" and id_like(name) and name not in entity:
+            entity[name] = (table, cols[0])
+            drops[name] = _dropped(df[cols[0]], salt)
+        else:
+            direct[table] = pl.struct(cols).hash(seed=salt) % DROP_ONE_IN == 0
     conditions: dict[str, pl.Expr] = {}
     changed = True
     while changed:
         changed = False
         for table, df in sorted(tables.items()):
-            cond = pl.lit(False)
-            for col, key in keys[table].items():
-                if key in drops and len(drops[key]):
-                    cond = cond | _hits(df, col, drops[key])
+            cond = direct.get(table, pl.lit(False))
+            for col, name in names[table].items():
+                if name in drops and len(drops[name]):
+                    cond = cond | _hits(df, col, drops[name])
             conditions[table] = cond.fill_null(False)
-            first = df.columns[0] if df.columns else ""
-            key = keys[table].get(first, "")
-            if first and entity.get(key) == table:
-                gone = df.filter(conditions[table])[first]
-                if len(gone) > len(drops[key]):
-                    drops[key] = gone
-                    changed = True
+            for name, (owner, col) in entity.items():
+                if owner == table:
+                    gone = df.filter(conditions[table])[col]
+                    if len(gone) > len(drops[name]):
+                        drops[name], changed = gone, True
     out = {t: df.filter(~conditions[t]) for t, df in tables.items()}
-    n = 0
+    out = _without_orphans(out, keys.foreign)
+    skip = {(t, c) for t, cols in key_cols.items() for c in cols}
+    skip |= {(t, c) for t, cols, _, _ in keys.foreign for c in cols}
+    counter = [0]
     for table in sorted(out):
-        df = out[table]
-        scaled = []
-        for col, dtype in df.schema.items():
-            if dtype == pl.Float64:
-                n += 1
-                index = pl.int_range(pl.len(), dtype=pl.Int64)
-                step = (index * 2654435761 + n * 97 + salt * 7919) % 8 + 1
-                scaled.append((pl.col(col) * (1 + step / 16)).alias(col))
-        if scaled:
-            out[table] = df.with_columns(scaled)
+        out[table] = _scale(out[table], {c for t, c in skip if t == table}, salt, counter)
+    if notes is not None:
+        notes.extend(_gaps(tables, out, key_cols, names, entity, keys, MIN_ROWS))
     return out
 
 
-def _perturb_parquet(src: Path, dst: Path, salt: int) -> dict[str, pl.DataFrame]:
+def _gaps(
+    tables: dict[str, pl.DataFrame],
+    out: dict[str, pl.DataFrame],
+    key_cols: dict[str, list[str]],
+    names: dict[str, dict[str, str]],
+    entity: dict[str, tuple[str, str]],
+    keys: DeclaredKeys,
+    min_rows: int,
+) -> list[str]:
+    """The tables whose rows the copy cannot drop, each with why and whether its numbers
+    still move."""
+    linked = {t for t, _, p, _ in keys.foreign if key_cols.get(p)}
+    for table, cols in names.items():
+        if any(n in entity and entity[n][0] != table for n in cols.values()):
+            linked.add(table)
+    gaps = []
+    for table, df in sorted(tables.items()):
+        if table in linked or (key_cols[table] and df.height >= min_rows):
+            continue
+        if key_cols[table]:
+            why = f"it has fewer than {min_rows} rows"
+        else:
+            why = (
+                "it has no declared primary key, no unique id-like column (id, *_id, *Id, *ID, "
+                "*key) and no foreign key to a table that has one"
+            )
+        moved = (
+            "its numbers are rescaled"
+            if not out[table].equals(df)
+            else "nothing in it changes, so a count or a literal over it alone is not caught"
+        )
+        gaps.append(f"table {table!r} keeps every row: {why}; {moved}")
+    return gaps
+
+
+def _perturb_parquet(
+    src: Path, dst: Path, salt: int, notes: list[str] | None = None
+) -> dict[str, pl.DataFrame]:
     import polars as pl
 
     tables = {p.stem: pl.read_parquet(p) for p in sorted(src.glob("*.parquet"))}
-    perturbed = perturb_tables(tables, salt)
+    perturbed = perturb_tables(tables, salt, notes=notes)
     dst.mkdir(parents=True)
     for table, df in perturbed.items():
         df.write_parquet(dst / f"{table}.parquet", statistics=False)
@@ -154,14 +282,31 @@ def _source_id(files: DatasetFiles, salt: int) -> str:
 
 
 def _build(files: DatasetFiles, folder: Path, salt: int) -> None:
-    _perturb_parquet(files.parquet_dir, folder / "parquet", salt)
+    notes: list[str] = []
+    _perturb_parquet(files.parquet_dir, folder / "parquet", salt, notes)
     for key, path in sorted(files.extra.items()):
         kind, _, alias = key.partition(":")
         if kind == "parquet":
-            _perturb_parquet(path, folder / f"parquet-{alias}", salt)
+            _perturb_parquet(path, folder / f"parquet-{alias}", salt, notes)
     if files.sqlite_path is not None:  # the sqlite backend then copies it, as it copies worlds
         build_from_parquet(sorted((folder / "parquet").glob("*.parquet")), folder / SQLITE_FILE)
-    (folder / DONE_FILE).write_text(json.dumps({"source": str(files.parquet_dir), "salt": salt}))
+    write_done(folder, str(files.parquet_dir), salt, notes)
+
+
+def write_done(folder: Path, source: str, salt: int, notes: list[str]) -> None:
+    """Mark a built copy complete, with the tables it could not perturb (`notes_of`)."""
+    done = {"source": source, "salt": salt, "notes": notes}
+    (folder / DONE_FILE).write_text(json.dumps(done))
+
+
+def notes_of(copy: DatasetFiles) -> list[str]:
+    """The tables a built copy (`perturb_dataset`, `perturb_source`) keeps whole, with why."""
+    try:
+        done = json.loads((copy.parquet_dir.parent / DONE_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    notes = done.get("notes") if isinstance(done, dict) else None
+    return [str(n) for n in notes] if isinstance(notes, list) else []
 
 
 def _files(files: DatasetFiles, folder: Path) -> DatasetFiles:

@@ -27,83 +27,68 @@ from typing import Any
 import polars as pl
 
 from pytest_backintel.evidence.perturb import (
-    DONE_FILE,
     FILE_FORMS,
     PERTURB_VERSION,
     build_once,
     perturb_tables,
     source_form,
+    write_done,
 )
 from stores.base import DatasetFiles
+from stores.schema_keys import (
+    DeclaredKeys,
+    duckdb_declared_keys,
+    postgres_declared_keys,
+    sqlite_declared_keys,
+)
 
 __all__ = ["FILE_FORMS", "perturb_postgres", "perturb_source", "source_form"]
 
 _SCHEMA = "_schema.json"
 
 
-def _frames(read: Callable[[str], pl.DataFrame], tables: list[str]) -> dict[str, pl.DataFrame]:
-    """Each table as a frame; a table polars cannot hold (mixed types) is left out, unchanged."""
+def _frames(
+    read: Callable[[str], pl.DataFrame], tables: list[str], notes: list[str]
+) -> dict[str, pl.DataFrame]:
+    """Each table as a frame; a table polars cannot hold (mixed types) is left out, unchanged,
+    and named in `notes`."""
     frames: dict[str, pl.DataFrame] = {}
     for table in tables:
         try:
             frames[table] = read(table)
-        except (pl.exceptions.PolarsError, ValueError, TypeError, OverflowError):
-            continue
-    return frames
-
-
-ForeignKey = tuple[str, list[str], str, list[str]]
-"""(table, columns, referenced table, referenced columns), as the source declares it."""
-
-
-def _foreign_keys(rows: list[tuple[Any, ...]]) -> list[ForeignKey]:
-    return [(t, list(c), p, list(pc)) for t, c, p, pc in rows]
-
-
-def _without_orphans(
-    frames: dict[str, pl.DataFrame], fks: list[ForeignKey]
-) -> dict[str, pl.DataFrame]:
-    """Rows whose declared foreign key points at a dropped row are dropped too (to a
-    fixpoint), so the copy keeps the source's constraints."""
-    changed = True
-    while changed:
-        changed = False
-        for table, cols, parent, pcols in fks:
-            if table not in frames or parent not in frames:
-                continue
-            child = frames[table].with_row_index("__backintel_row")
-            keys = frames[parent].select(pcols).unique()
-            keys = keys.rename(dict(zip(pcols, cols, strict=True)))
-            keys = keys.cast({c: child.schema[c] for c in cols})
-            nulls = pl.any_horizontal([pl.col(c).is_null() for c in cols])
-            ok = child.filter(~nulls).join(keys, on=cols, how="semi")["__backintel_row"]
-            kept = child.filter(nulls | pl.col("__backintel_row").is_in(ok.implode()))
-            if kept.height < child.height:
-                frames[table], changed = kept.drop("__backintel_row"), True
+        except (pl.exceptions.PolarsError, ValueError, TypeError, OverflowError) as exc:
+            why = f"its values cannot be read as one type per column ({type(exc).__name__})"
+            notes.append(f"table {table!r} is kept as it is: {why}; nothing in it changes")
     return frames
 
 
 def _perturbed(
-    frames: dict[str, pl.DataFrame], salt: int, fks: list[ForeignKey] | None = None
+    frames: dict[str, pl.DataFrame], salt: int, keys: DeclaredKeys, notes: list[str]
 ) -> dict[str, pl.DataFrame]:
-    """`perturb_tables` without orphans, and DECIMAL columns (money in a user's database)
-    scaled the same way and cast back to their own precision; a value the precision cannot
-    hold is kept."""
-    out = _without_orphans(perturb_tables(frames, salt), fks or [])
-    n = 0
-    for table in sorted(out):
-        df = out[table]
-        scaled = []
-        for col, dtype in df.schema.items():
-            if isinstance(dtype, pl.Decimal):
-                n += 1
-                index = pl.int_range(pl.len(), dtype=pl.Int64)
-                step = (index * 2654435761 + n * 131 + salt * 7919) % 8 + 1
-                value = pl.col(col).cast(pl.Float64) * (1 + step / 16)
-                scaled.append(value.cast(dtype, strict=False).fill_null(pl.col(col)).alias(col))
-        if scaled:
-            out[table] = df.with_columns(scaled)
-    return out
+    """`perturb_tables` with the source's declared keys (`evidence.perturb`)."""
+    return perturb_tables(frames, salt, keys, notes)
+
+
+_SQLITE_NUMERIC = ("REAL", "FLOA", "DOUB", "NUM", "DEC")
+"""Declared types with REAL or NUMERIC affinity (SQLite's rules), read as floats: a DECIMAL
+column whose values happen to be whole is stored as INTEGER and would not be rescaled."""
+
+
+def _sqlite_frame(con: sqlite3.Connection, table: str) -> pl.DataFrame:
+    cur = con.execute(f"SELECT * FROM {_q(table)}")
+    cols = [d[0] for d in cur.description]
+    df = pl.DataFrame(cur.fetchall(), schema=cols, orient="row", infer_schema_length=None)
+    declared = {
+        str(r[1]): str(r[2]).upper() for r in con.execute(f"PRAGMA table_info({_q(table)})")
+    }
+    numeric = [
+        c
+        for c in cols
+        if any(k in declared.get(c, "") for k in _SQLITE_NUMERIC)
+        and "INT" not in declared.get(c, "")
+        and df.schema[c].is_integer()
+    ]
+    return df.with_columns(pl.col(c).cast(pl.Float64) for c in numeric) if numeric else df
 
 
 def _q(name: str) -> str:
@@ -114,13 +99,14 @@ def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _sqlite(src: Path, dst: Path, salt: int) -> None:
+def _sqlite(src: Path, dst: Path, salt: int) -> list[str]:
     source = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
     con = sqlite3.connect(dst)
     try:
         source.backup(con)  # a consistent copy, a WAL file's pages included
     finally:
         source.close()
+    notes: list[str] = []
     try:
         tables = [
             r[0]
@@ -128,16 +114,11 @@ def _sqlite(src: Path, dst: Path, salt: int) -> None:
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
             )
         ]
-
-        def read(table: str) -> pl.DataFrame:
-            cur = con.execute(f"SELECT * FROM {_q(table)}")
-            cols = [d[0] for d in cur.description]
-            return pl.DataFrame(cur.fetchall(), schema=cols, orient="row", infer_schema_length=None)
-
-        frames = _frames(read, tables)
+        frames = _frames(lambda t: _sqlite_frame(con, t), tables, notes)
+        keys = sqlite_declared_keys(con, tables)
         con.execute("PRAGMA foreign_keys = OFF")
         with con:
-            for table, df in _perturbed(frames, salt, _sqlite_fks(con, tables)).items():
+            for table, df in _perturbed(frames, salt, keys, notes).items():
                 cols = ", ".join(_q(c) for c in df.columns)
                 marks = ", ".join("?" * len(df.columns))
                 con.execute(f"DELETE FROM {_q(table)}")
@@ -145,21 +126,10 @@ def _sqlite(src: Path, dst: Path, salt: int) -> None:
         con.execute("VACUUM")
     finally:
         con.close()
+    return notes
 
 
-def _sqlite_fks(con: sqlite3.Connection, tables: list[str]) -> list[ForeignKey]:
-    by_id: dict[tuple[str, int], ForeignKey] = {}
-    for table in tables:
-        for fk_id, _seq, parent, col, pcol, *_ in con.execute(
-            f"PRAGMA foreign_key_list({_q(table)})"
-        ):
-            _, cols, _, pcols = by_id.setdefault((table, fk_id), (table, [], parent, []))
-            cols.append(col)
-            pcols.append(pcol or col)
-    return list(by_id.values())
-
-
-def _duckdb(src: Path, dst: Path, salt: int) -> None:
+def _duckdb(src: Path, dst: Path, salt: int) -> list[str]:
     import duckdb
 
     shutil.copyfile(src, dst)
@@ -174,15 +144,9 @@ def _duckdb(src: Path, dst: Path, salt: int) -> None:
                 "AND table_type = 'BASE TABLE' ORDER BY 1"
             ).fetchall()
         ]
-        frames = _frames(lambda t: con.execute(f"SELECT * FROM {_q(t)}").pl(), tables)
-        fks = _foreign_keys(
-            con.execute(
-                "SELECT table_name, constraint_column_names, referenced_table, "
-                "referenced_column_names FROM duckdb_constraints() "
-                "WHERE constraint_type = 'FOREIGN KEY' AND schema_name = 'main'"
-            ).fetchall()
-        )
-        perturbed = _perturbed(frames, salt, fks)
+        notes: list[str] = []
+        frames = _frames(lambda t: con.execute(f"SELECT * FROM {_q(t)}").pl(), tables, notes)
+        perturbed = _perturbed(frames, salt, duckdb_declared_keys(con), notes)
         _replace_in_order(
             list(perturbed),
             lambda t: con.execute(f"DELETE FROM {_q(t)}"),
@@ -192,6 +156,7 @@ def _duckdb(src: Path, dst: Path, salt: int) -> None:
         con.execute("CHECKPOINT")
     finally:
         con.close()
+    return notes
 
 
 def _duckdb_insert(con: Any, table: str, df: pl.DataFrame) -> None:
@@ -227,7 +192,7 @@ def _replace_in_order(
         insert(table)
 
 
-def _csv(src: Path, dst: Path, salt: int) -> None:
+def _csv(src: Path, dst: Path, salt: int) -> list[str]:
     import duckdb
 
     dst.mkdir()
@@ -238,6 +203,7 @@ def _csv(src: Path, dst: Path, salt: int) -> None:
     con = duckdb.connect(config={"autoload_known_extensions": "false"})
     schema: dict[str, dict[str, str]] = {}
     frames: dict[str, pl.DataFrame] = {}
+    notes: list[str] = []
     try:
         for path in sorted(src.glob("*.csv")):
             where = _lit(str(path.resolve()))
@@ -249,7 +215,7 @@ def _csv(src: Path, dst: Path, salt: int) -> None:
             rel = con.sql(f"SELECT * FROM read_csv({where}, header = true, {how})")
             schema[path.stem] = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
             frames[path.stem] = rel.pl()
-        for table, df in _perturbed(frames, salt).items():
+        for table, df in _perturbed(frames, salt, DeclaredKeys(), notes).items():
             con.register("backintel_perturbed", df)
             target = _lit(str(dst / f"{table}.csv"))
             con.execute(f"COPY backintel_perturbed TO {target} (HEADER, DELIMITER ',')")
@@ -257,9 +223,10 @@ def _csv(src: Path, dst: Path, salt: int) -> None:
     finally:
         con.close()
     (dst / _SCHEMA).write_text(json.dumps(schema, indent=1))
+    return notes
 
 
-_BUILDERS: dict[str, Callable[[Path, Path, int], None]] = {
+_BUILDERS: dict[str, Callable[[Path, Path, int], list[str]]] = {
     "sqlite": _sqlite,
     "duckdb": _duckdb,
     "csv": _csv,
@@ -290,18 +257,20 @@ def perturb_source(
     built = final / f"data{suffix}"
 
     def build(tmp: Path) -> None:
-        _BUILDERS[form](src, tmp / built.name, salt)
-        (tmp / DONE_FILE).write_text(json.dumps({"source": str(src), "salt": salt}))
+        notes = _BUILDERS[form](src, tmp / built.name, salt)
+        write_done(tmp, str(src), salt, notes)
 
     build_once(cache_dir, final, build)
     return _as_files(files, form, built)
 
 
-def perturb_postgres(admin_dsn: str, salt: int) -> None:
+def perturb_postgres(admin_dsn: str, salt: int) -> list[str]:
     """Perturb the database at `admin_dsn` (an item's own clone, never the source) in place:
-    foreign-key triggers are off for the rewrite (`session_replication_role = replica`)."""
+    foreign-key triggers are off for the rewrite (`session_replication_role = replica`).
+    Returns the tables it could not perturb, with why."""
     import psycopg
 
+    notes: list[str] = []
     with psycopg.connect(admin_dsn, autocommit=False) as con:
         tables = [
             r[0]
@@ -316,27 +285,14 @@ def perturb_postgres(admin_dsn: str, salt: int) -> None:
             cols = [d.name for d in cur.description or []]
             return pl.DataFrame(cur.fetchall(), schema=cols, orient="row", infer_schema_length=None)
 
-        frames = _frames(read, tables)
-        fks = _foreign_keys(
-            con.execute(
-                "SELECT cl.relname::text, array_agg(a.attname::text ORDER BY k.n), "
-                "pr.relname::text, array_agg(pa.attname::text ORDER BY k.n) "
-                "FROM pg_constraint co "
-                "JOIN pg_class cl ON cl.oid = co.conrelid "
-                "JOIN pg_class pr ON pr.oid = co.confrelid "
-                "JOIN pg_namespace ns ON ns.oid = cl.relnamespace AND ns.nspname = 'public' "
-                "CROSS JOIN LATERAL unnest(co.conkey, co.confkey) WITH ORDINALITY "
-                "AS k(col, pcol, n) "
-                "JOIN pg_attribute a ON a.attrelid = co.conrelid AND a.attnum = k.col "
-                "JOIN pg_attribute pa ON pa.attrelid = co.confrelid AND pa.attnum = k.pcol "
-                "WHERE co.contype = 'f' GROUP BY co.oid, cl.relname, pr.relname"
-            ).fetchall()
-        )
+        frames = _frames(read, tables, notes)
+        keys = postgres_declared_keys(con)
         con.execute("SET LOCAL session_replication_role = replica")
-        for table, df in _perturbed(frames, salt, fks).items():
+        for table, df in _perturbed(frames, salt, keys, notes).items():
             con.execute(f"DELETE FROM public.{_q(table)}")
             cols = ", ".join(_q(c) for c in df.columns)
             with con.cursor().copy(f"COPY public.{_q(table)} ({cols}) FROM STDIN") as copy:
                 for row in df.rows():
                     copy.write_row(row)
         con.commit()
+    return notes

@@ -43,9 +43,13 @@ class DataProbe:
         store: ProvisionedStore,
         dialect: str,
         python: Callable[[], Callable[[str], Any] | None] | None = None,
+        notes: list[str] | None = None,
     ) -> None:
         self.store = store
         self.dialect = dialect
+        self.notes = list(notes or [])
+        """The tables this probe keeps whole, with why (`perturb.notes_of`): evidence over
+        them alone is not checked against moved data."""
         self._python = python
         self._checks: dict[tuple[str, int], tuple[dict[str, Any], str | None]] = {}
         self._idle: list[StoreSession] = []
@@ -90,6 +94,14 @@ class DataProbe:
                     values, error = {}, f"the check query failed on the probe: {exc}"
                 self._checks[key] = (values, error)
         return self._checks[key]
+
+    def gaps(self, scenario: Scenario) -> list[str]:
+        """What this probe cannot check for `scenario`: the tables it keeps whole, and why
+        the check values are unknown when they are (then no evidence is checked on it)."""
+        _, unknown = self.check(scenario)
+        if unknown is None:
+            return list(self.notes)
+        return [*self.notes, f"evidence is not checked against moved data: {unknown}"]
 
     def close(self) -> None:
         with self._lock:
@@ -176,17 +188,48 @@ class Probes:
         if form is None and not _is_postgres_clone(backend):
             return []  # no data of a form the probe can copy: tables-read check only
         probes = []
+        views = self._view_plan(backend, files, form, data_hash)
         for salt in SALTS:
             try:
-                store = self._provision(backend, files, form, salt, data_hash)
+                if views is not None:
+                    store, notes = self._view_probe(backend, files, salt, data_hash, views)
+                else:
+                    store, notes = self._provision(backend, files, form, salt, data_hash)
             except StoreError:
                 raise
             except Exception as exc:  # sqlite3, DuckDB, psycopg, polars, OS errors
                 why = f"could not build the data probe of {files.name!r}: {exc}"
                 raise StoreError(why) from exc
-            runner = _once(partial(python, store.mount_path)) if python is not None else None
-            probes.append(DataProbe(store, backend.dialect, runner))
+            runner = _once(partial(_python_over, python, store)) if python is not None else None
+            probes.append(DataProbe(store, backend.dialect, runner, notes))
         return probes
+
+    def _view_plan(
+        self, backend: Store, files: DatasetFiles, form: str | None, data_hash: str | None
+    ) -> Any:
+        """A SQLite source used in place: the plan of its probe as views (None otherwise)."""
+        from stores.sqlite_source import SQLiteSourceStore
+
+        if form != "sqlite" or data_hash is None or not isinstance(backend, SQLiteSourceStore):
+            return None
+        from pytest_backintel.evidence.perturb_views import sqlite_plan
+
+        try:
+            return sqlite_plan(backend.source_file(files))
+        except Exception as exc:  # sqlite3 or OS errors
+            raise StoreError(f"could not plan the data probe of {files.name!r}: {exc}") from exc
+
+    def _view_probe(
+        self, backend: Store, files: DatasetFiles, salt: int, data_hash: str | None, views: Any
+    ) -> tuple[ProvisionedStore, list[str]]:
+        from pytest_backintel.evidence.perturb_views import sqlite_view_probe
+        from stores.sqlite_source import SQLiteSourceStore
+
+        assert isinstance(backend, SQLiteSourceStore)
+        assert data_hash is not None
+        plan, notes = views
+        probe = sqlite_view_probe(backend, files, self.cache_dir(), salt, data_hash, plan, notes)
+        return probe, notes
 
     def _provision(
         self,
@@ -195,30 +238,31 @@ class Probes:
         form: str | None,
         salt: int,
         data_hash: str | None,
-    ) -> ProvisionedStore:
+    ) -> tuple[ProvisionedStore, list[str]]:
         # imported here: only a run whose answers cite evidence builds probes (polars, Arrow)
-        from pytest_backintel.evidence.perturb import FILE_FORMS, perturb_dataset
+        from pytest_backintel.evidence.perturb import FILE_FORMS, notes_of, perturb_dataset
 
         if form == "parquet":
-            return backend.provision(perturb_dataset(files, self.cache_dir(), salt))
+            copy = perturb_dataset(files, self.cache_dir(), salt)
+            return backend.provision(copy), notes_of(copy)
         if form in FILE_FORMS:
             if data_hash is None:
                 raise ValueError(f"the {form} source of {files.name!r} has no data hash")
             from pytest_backintel.evidence.perturb_sources import perturb_source
 
             copy = perturb_source(files, form, self.cache_dir(), salt, data_hash)
-            return backend.provision(copy)
+            return backend.provision(copy), notes_of(copy)
         from pytest_backintel.evidence.perturb_sources import perturb_postgres
         from stores.postgres import ProvisionedPostgres
 
         store = backend.provision(files)  # a PostgreSQL clone of its own, perturbed in place
         try:
             assert isinstance(store, ProvisionedPostgres)
-            perturb_postgres(store.admin_dsn, salt)
+            notes = perturb_postgres(store.admin_dsn, salt)
         except Exception:
             store.teardown()
             raise
-        return store
+        return store, notes
 
     def teardown(self) -> None:
         with self._warming_lock:
@@ -235,6 +279,12 @@ def _is_postgres_clone(backend: Store) -> bool:
     from stores.postgres_clone import PostgresCloneStore
 
     return isinstance(backend, PostgresCloneStore)
+
+
+def _python_over(python: PythonFactory, store: ProvisionedStore) -> Callable[[str], Any] | None:
+    """The Python runner over the probe's mount, read only when Python evidence first runs
+    (a probe of views writes its file then)."""
+    return python(store.mount_path)
 
 
 def _once(make: Callable[[], Any]) -> Callable[[], Any]:

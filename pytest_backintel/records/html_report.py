@@ -23,7 +23,7 @@ import pytest
 from pytest_backintel.options import BenchOptions, analyst_label
 from pytest_backintel.outcomes import BLOCKED
 from pytest_backintel.records.prices import price_warnings
-from pytest_backintel.records.writer import no_usage_warning
+from pytest_backintel.records.writer import no_usage_warning, probe_warnings
 
 __all__ = [
     "COLUMNS",
@@ -101,6 +101,7 @@ def summary_lines(
     unmetered = sum(1 for r in records if (r.get("usage") or {}).get("tokens_reported") is False)
     if warning := no_usage_warning(unmetered):
         lines.append(f"backintel: WARNING: {warning}")
+    lines += [f"backintel: WARNING: {w}" for w in probe_warnings(list(records))]
     return [*lines, f"backintel: records in {run_dir}"]
 
 

@@ -28,6 +28,7 @@ from pytest_backintel.records.writer import (
     no_usage_warning,
     now_iso,
     package_versions,
+    probe_warnings,
     read_json,
     read_records,
 )
@@ -109,7 +110,8 @@ def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
         "trials_recorded": len(records),
         "usage_unreported_trials": unmetered,
-        "warnings": [w] if (w := no_usage_warning(unmetered)) else [],
+        "warnings": ([w] if (w := no_usage_warning(unmetered)) else []) + probe_warnings(records),
+        "probe_gaps": sorted({g for r in records for g in r.get("probe_gaps") or []}),
     }
 
 

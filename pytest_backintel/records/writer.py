@@ -222,3 +222,17 @@ def merge_parts(run_dir: Path) -> list[dict[str, Any]]:
     rows.sort(key=lambda row: (row[0].get("nodeid", ""), row[0].get("trial", 0)))
     write_json_lines(run_dir / "records.jsonl", (line for _, line in rows))
     return [record for record, _ in rows]
+
+
+def probe_warnings(records: list[dict[str, Any]]) -> list[str]:
+    """One warning per world whose data probes keep tables whole: literal evidence over those
+    tables alone is not caught there."""
+    gaps: dict[str, set[str]] = {}
+    for record in records:
+        for gap in record.get("probe_gaps") or []:
+            gaps.setdefault(str(record.get("world", "?")), set()).add(str(gap))
+    return [
+        f"the data probe of {world!r} cannot perturb every table, so evidence over these alone "
+        f"is not checked against moved data: {'; '.join(sorted(found))}"
+        for world, found in sorted(gaps.items())
+    ]

@@ -41,6 +41,8 @@ class HandScorer:
         self.sandbox_name = sandbox
         self.backends = StoreBackends(lambda: data_dir)
         self.probes = Probes(lambda: data_dir / "perturbed")
+        self.probe_gaps: list[str] = []
+        """The tables the last answer's data probes kept whole, with why."""
         self._sandboxes: SandboxProvider | None = None
         self._stores: dict[tuple[str, str], ProvisionedStore] = {}
         self._files: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
@@ -94,6 +96,7 @@ class HandScorer:
             backend = backend_for(self.backends, scenario, self.default_store)
             probes = self.probes.get(spec, backend, files, self._python, data_hash)
             evidence = reexecute(output, scenario, store, self._python(store.mount_path), probes)
+            self.probe_gaps = sorted({gap for probe in probes for gap in probe.gaps(scenario)})
         score = score_answer(scenario, output, evidence, self.reference(scenario, manifest))
         if isinstance(output, AnalystAnswer) and scenario.scope is not None:  # cited reads
             accesses, _ = observed_reads(

@@ -71,6 +71,8 @@ class TrialResult:
     """Reads outside the scenario's scope, as the harness observed them."""
     scope_notes: list[str] = field(default_factory=list)
     """What of the analyst's reads could not be observed on this backend."""
+    probe_gaps: list[str] = field(default_factory=list)
+    """The tables the data probes keep whole (`DataProbe.notes`), when evidence ran on them."""
 
     def to_record(self) -> dict[str, Any]:
         """The JSON-safe part of a run record that describes this trial."""
@@ -96,6 +98,7 @@ class TrialResult:
             "evidence_budget": self.evidence_budget,
             "usage": run.usage.to_json() if run else None,
             "warnings": [NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else [],
+            "probe_gaps": self.probe_gaps,
             "tool_calls": run.tool_calls if run else [],
             "provider_retries": run.provider_retries if run else [],
             "messages": run.messages if run else [],
@@ -252,6 +255,7 @@ def run_trial(
                     chosen,
                     clock,
                 )
+                result.probe_gaps = sorted({g for probe in chosen for g in probe.gaps(scenario)})
             except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
                 return result

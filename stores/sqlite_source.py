@@ -1,0 +1,129 @@
+"""`sqlite` for a user's own SQLite file, used in place: no per-item copy.
+
+Each item gets an opaque per-item name, `<workdir>/<opaque id>.sqlite`, a symbolic link to
+the source (or, for a WAL-mode source, to one rollback-journal copy per process and state,
+`stores.sqlite_build.TemplateCache`). Every analyst connection opens it read-only (`mode=ro`,
+`query_only`, the authorizer of `stores.sqlite_policy`) and a sandbox mounts the resolved
+file read-only, so nothing an analyst sends can write it; a trial costs the same at 1 MB and
+at 10 GB.
+
+Change detection per trial is O(1): the file's signature (inode, size, mode, mtime and ctime
+in nanoseconds; any write moves mtime and ctime) is compared with the one taken when the
+item was provisioned. The content's SHA-256 is streamed once per state of the file and cached
+by that signature, in memory and in one small file per signature under `<data>/stores/hashes`
+for the next process; a hash is cached only when the signature did not move while it was
+read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import ClassVar
+
+from stores.base import DatasetFiles, StoreError, new_store_id
+from stores.fingerprint import file_sha256
+from stores.once import OnceMap
+from stores.sqlite import SQLiteProvisionedStore, SQLiteStore
+
+__all__ = ["SQLiteSourceStore", "SignedHashes", "signature"]
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def signature(state: os.stat_result) -> tuple[int, int, int, int, int, int]:
+    """What moves when a file is written, replaced, truncated or has its mode changed."""
+    return (
+        state.st_dev,
+        state.st_ino,
+        state.st_size,
+        state.st_mode,
+        state.st_mtime_ns,
+        state.st_ctime_ns,
+    )
+
+
+class SignedHashes:
+    """A file's SHA-256 by (real path, signature): streamed once per state of the file."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self._folder = folder
+        self._memo = OnceMap[str, str]()
+
+    def get(self, path: Path) -> tuple[os.stat_result, str]:
+        """The file's stat now and its content hash (computed, or cached for that stat)."""
+        real = path.resolve()
+        state = real.stat()
+        key = hashlib.sha256(f"{real}\0{signature(state)}".encode()).hexdigest()
+        return state, self._memo.get(key, lambda: self._stored(key) or self._hash(real, key))
+
+    def _stored(self, key: str) -> str | None:
+        if self._folder is None:
+            return None
+        try:
+            text = (self._folder / key).read_text().strip()
+        except OSError:
+            return None
+        return text if _DIGEST.fullmatch(text) else None
+
+    def _hash(self, real: Path, key: str) -> str:
+        before = real.stat()
+        digest = file_sha256(real)
+        if signature(real.stat()) != signature(before) or self._folder is None:
+            return digest  # moved while read: good for this call, never cached on disk
+        try:
+            self._folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self._folder, prefix=".tmp-")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(digest)
+            os.replace(tmp, self._folder / key)
+        except OSError:
+            pass
+        return digest
+
+
+class SQLiteSourceStore(SQLiteStore):
+    """The `sqlite` backend over a user's file in place: per item an opaque link, no copy."""
+
+    name: ClassVar[str] = "sqlite"
+
+    def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
+        super().__init__(workdir, statement_timeout_s=statement_timeout_s)
+        self._hashes = SignedHashes(self.workdir.parent / "hashes")
+
+    def source_file(self, dataset: DatasetFiles) -> Path:
+        """The file items read: the source itself, or its rollback-journal copy when the
+        source is in WAL mode (made once per process and state)."""
+        return self._templates.template(dataset).resolve()
+
+    def provision(self, dataset: DatasetFiles) -> SQLiteProvisionedStore:
+        source = self.source_file(dataset)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        while True:  # the id is random; a (vanishingly rare) clash retries
+            store_id = new_store_id()
+            link = self.workdir / f"{store_id}.sqlite"
+            try:
+                link.symlink_to(source)
+                break
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise StoreError(f"cannot name dataset {dataset.name!r} as {link}: {exc}") from exc
+        store = SQLiteProvisionedStore(
+            link,
+            store_id,
+            self.statement_timeout_s,
+            on_teardown=lambda sid: self._live.pop(sid, None),
+            logical_cache=self._logical_cache,
+        )
+        try:
+            state, physical = self._hashes.get(source)
+        except OSError as exc:
+            store.teardown()
+            raise StoreError(f"cannot read dataset {dataset.name!r} at {source}: {exc}") from exc
+        store.mark_pristine(state, physical)
+        self._live[store_id] = store
+        return store
