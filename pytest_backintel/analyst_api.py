@@ -76,6 +76,8 @@ class CalibrationKey:
     check_python: str | None = None
     """A Python check program (prints one JSON object of metric values), when the scenario has
     one and the item has a sandbox: the reference analyst then cites Python evidence."""
+    prediction: dict[str, Any] | None = None
+    """Prediction scenarios: the `PredictionSpec` fields (kind, entity, value, tables)."""
 
 
 @dataclass

@@ -27,7 +27,8 @@ MARKERS = {
     "regression": "scenario of the regression split",
     "answerable": "scenario with a reference answer",
     "unanswerable": "scenario whose data cannot answer the question",
-    **{f"level{n}": f"benchmark level {n}" for n in range(1, 8)},
+    **{f"level{n}": f"benchmark level {n}" for n in range(1, 9)},
+    "prediction": "prediction scenario: held-out cohort scored against a baseline (level 8)",
     **{
         f"store_{name}": f"run on the {name} store backend"
         for name in (

@@ -191,8 +191,11 @@ def _compare(
         )
 
 
-def _run_check_python(scenario: Scenario, files: DatasetFiles) -> dict[str, Any]:
-    """The values `check_python` prints, run in the default sandbox over the world's SQLite."""
+def _run_check_python(
+    scenario: Scenario, files: DatasetFiles, mount: Path | None = None
+) -> dict[str, Any]:
+    """The values `check_python` prints, run in the default sandbox over the world's SQLite
+    (or over `mount`)."""
     from pytest_backintel.sandbox.evidence import PythonEvidenceError, run_python_evidence
     from pytest_backintel.sandbox.registry import create_provider
 
@@ -201,7 +204,9 @@ def _run_check_python(scenario: Scenario, files: DatasetFiles) -> dict[str, Any]
         provider = create_provider(None, Path(tmp))
         provider.setup_session()
         try:
-            outcome = run_python_evidence(provider, files.sqlite_path, scenario.check_python)
+            outcome = run_python_evidence(
+                provider, mount or files.sqlite_path, scenario.check_python
+            )
         finally:
             provider.teardown_session()
     if isinstance(outcome, PythonEvidenceError):
@@ -217,6 +222,13 @@ def _run_check_python(scenario: Scenario, files: DatasetFiles) -> dict[str, Any]
 
 
 def _values(scenario: Scenario, world: World, files: DatasetFiles) -> dict[str, Any]:
+    if scenario.prediction is not None:
+        from scenarios.predict_refs import prediction_reference
+
+        def run(mount: Path) -> dict[str, Any]:
+            return _run_check_python(scenario, files, mount)
+
+        return dict(_canonical(prediction_reference(scenario, world, files, run)))
     oracle = world.oracles.get(scenario.oracle_name)
     if oracle is None:
         raise ReferenceMismatchError(

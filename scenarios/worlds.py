@@ -99,3 +99,9 @@ def tpch_world() -> World:
     from scenarios.tpch import TpchWorld
 
     return TpchWorld()
+
+
+def olist_predict_world() -> World:
+    from scenarios.predict import OlistPredictWorld
+
+    return OlistPredictWorld()

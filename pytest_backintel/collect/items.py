@@ -46,6 +46,7 @@ def markers_for(scenario: Scenario, backend: str) -> list[str]:
         "answerable" if scenario.answerable else "unanswerable",
         f"level{scenario.level}",
         store_marker(backend),
+        *(["prediction"] if scenario.prediction is not None else []),
     ]
 
 

@@ -23,13 +23,15 @@ from pytest_backintel.analyst_api import (
 )
 from pytest_backintel.contract import AnalystAnswer, Refusal
 from pytest_backintel.evidence.dialects import SOURCE_DIALECT, translate
+from pytest_backintel.evidence.prediction import PermutedRun, permutation_run
 from pytest_backintel.evidence.probe import DataProbe
-from pytest_backintel.evidence.reexecute import EvidenceResult, reexecute
+from pytest_backintel.evidence.reexecute import EvidenceResult, PythonRunner, reexecute
 from pytest_backintel.evidence.values import jsonable
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records.writer import NO_USAGE_TRIAL
 from pytest_backintel.run.watchdog import WatchdogTimeout, run_with_limit
 from pytest_backintel.scenario import Scenario
+from pytest_backintel.scoring.prediction import score_prediction
 from pytest_backintel.scoring.refusals import countable_synonyms
 from pytest_backintel.scoring.rules import answer_rules
 from pytest_backintel.scoring.score import Reason, TrialScore, score_answer
@@ -77,6 +79,7 @@ class TrialResult:
                 for r in self.score.reasons
             ],
             "checks": [jsonable(asdict(c)) for c in self.score.checks],
+            "prediction": jsonable(self.score.prediction),
             "answer": run.output.model_dump(mode="json") if run and run.output else None,
             "evidence": [e.to_json() for e in self.evidence],
             "usage": run.usage.to_json() if run else None,
@@ -103,6 +106,7 @@ def calibration_key(scenario: Scenario, dialect: str = SOURCE_DIALECT) -> Calibr
         refusal_concepts=[g[0] for g in countable_synonyms(scenario) if g] if refusal else [],
         forbidden_metric=refusal.forbidden_metric if refusal else None,
         check_python=scenario.check_python,
+        prediction=scenario.prediction.model_dump() if scenario.prediction else None,
     )
 
 
@@ -172,10 +176,12 @@ def run_trial(
     verify_data: Callable[[], list[str]] = list,
     case_key: str | None = None,
     probes: Callable[[], Sequence[DataProbe]] | None = None,
+    permuted: Callable[[], PythonRunner | None] | None = None,
 ) -> TrialResult:
     """Run one trial. The reference is loaded only after the analyst has answered; the
     dataset's pinned files (`verify_data`) are checked before and after; evidence is also run on
-    the data probes (`probes`, built only when the answer cites evidence)."""
+    the data probes (`probes`, built only when the answer cites evidence); a prediction's
+    program also on the training-label permutation (`permuted`, a runner over that copy)."""
     before = store.fingerprint()
     if problems := verify_data():
         failed = TrialResult(scenario, trial, store.display_id, TrialScore(Outcome.NOT_RUN), None)
@@ -208,20 +214,26 @@ def run_trial(
         latency_s=latency,
         fingerprint_before=asdict(before),
     )
+    permuted_run: PermutedRun | None = None
     if failure is not None:
         result.score = TrialScore.from_reasons([failure])
     else:
         assert run is not None
         assert run.output is not None
         if isinstance(run.output, AnalystAnswer):
+            probing = probes is not None and run.output.evidence and scenario.prediction is None
             try:
                 result.evidence = reexecute(
                     run.output,
                     scenario,
                     store,
                     python.evidence if python else None,
-                    probes() if probes is not None and run.output.evidence else (),
+                    probes() if probing and probes is not None else (),
                 )
+                if scenario.prediction is not None and permuted is not None:
+                    permuted_run = permutation_run(
+                        scenario, run.output, result.evidence, permuted()
+                    )
             except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
                 return result
@@ -232,7 +244,12 @@ def run_trial(
                 [Reason(Outcome.INFRA_ERROR, f"no usable reference: {exc}")]
             )
             return result
-        result.score = score_answer(scenario, run.output, result.evidence, reference)
+        if scenario.prediction is not None and isinstance(run.output, AnalystAnswer):
+            result.score = score_prediction(
+                scenario, run.output, result.evidence, reference, permuted_run
+            )
+        else:
+            result.score = score_answer(scenario, run.output, result.evidence, reference)
     try:
         after = store.fingerprint()
     except StoreError as exc:
