@@ -75,6 +75,12 @@ class Cohorts:
     """The same columns: the label is the evaluator's, never written to the store."""
 
 
+def _instant(value: object) -> datetime:
+    if not isinstance(value, datetime):
+        raise SplitError(f"a cohort's `at` and `label_at` are datetimes, got {value!r}")
+    return value
+
+
 def check_split(scenario: str, training: pl.DataFrame, scoring: pl.DataFrame) -> None:
     """Entity boundaries and time order (columns entity, group, at, label_at); a `SplitError`
     naming `scenario` otherwise."""
@@ -93,9 +99,9 @@ def check_split(scenario: str, training: pl.DataFrame, scoring: pl.DataFrame) ->
     shared = sorted(set(training["entity"].to_list()) & set(scoring["entity"].to_list()))
     if shared:
         raise SplitError(f"scenario {scenario!r}: entity {shared[0]!r} is in both cohorts")
-    last = max(training["at"].max(), training["label_at"].max())  # type: ignore[type-var]
-    first = scoring["at"].min()
-    if not last < first:  # type: ignore[operator]
+    last = max(_instant(training["at"].max()), _instant(training["label_at"].max()))
+    first = _instant(scoring["at"].min())
+    if not last < first:
         raise SplitError(
             f"scenario {scenario!r}: time order broken: the training cohort reaches {last} "
             f"(prediction or label) but the scoring cohort starts at {first}; training must "
