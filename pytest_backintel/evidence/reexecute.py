@@ -56,6 +56,9 @@ class EvidenceResult:
     """What the program produced for each cited metric."""
     reproduced: dict[str, bool] = field(default_factory=dict)
     details: dict[str, str] = field(default_factory=dict)
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    """Per data probe run: `probe` (1-based), `values` the evidence gave there, `expected`
+    what the data gives there, `followed` per metric, `error` when it failed to run."""
 
     @property
     def ok(self) -> bool:
@@ -72,6 +75,7 @@ class EvidenceResult:
             "values": jsonable(self.values),
             "reproduced": self.reproduced,
             "details": self.details,
+            "probes": self.probes,
         }
 
 
@@ -104,25 +108,37 @@ def _run_one(
 
 
 def _follows_data(
-    res: EvidenceResult, item: Evidence, scenario: Scenario, probe: DataProbe
+    res: EvidenceResult, item: Evidence, scenario: Scenario, probe: DataProbe, number: int
 ) -> None:
     """Run `item` on the probe; a cited value that is not what the data gives there fails."""
     expected, unknown = probe.check(scenario)
     if unknown is not None:
+        res.probes.append({"probe": number, "skipped": unknown})
         return  # the evaluator's own query cannot say; the harness, not the analyst, is short
     try:
         values, problems = _run_one(item, scenario, probe.session, probe.python())
     except (QueryError, EvidenceRunError) as exc:
+        res.probes.append({"probe": number, "error": str(exc)[:2000]})
         for name in item.metrics:
             res.reproduced[name] = False
             res.details[name] = f"on a perturbed copy of the data the evidence failed: {exc}"
         return
+    followed: dict[str, bool] = {}
+    res.probes.append(
+        {
+            "probe": number,
+            "values": jsonable({m: values.get(m) for m in item.metrics}),
+            "expected": jsonable({m: expected.get(m) for m in item.metrics}),
+            "followed": followed,
+        }
+    )
     for name in item.metrics:
         spec = scenario.metric(name)
         if spec is None or not res.reproduced.get(name):
             continue
         got = values.get(name)
         cmp = compare_metric(spec, expected.get(name), got) if name not in problems else None
+        followed[name] = cmp is not None and cmp.ok
         if cmp is None or not cmp.ok:
             why = problems.get(name) or (
                 f"it gave {jsonable(got)!r} where the data gives {jsonable(expected.get(name))!r}"
@@ -171,9 +187,9 @@ def _check_one(
                     "re-execution gave a different value (expected: what it gave; got: what "
                     f"the answer reports): {cmp.detail}"
                 )
-    for probe in probes:
+    for number, probe in enumerate(probes, 1):
         if any(res.reproduced.values()):
-            _follows_data(res, item, scenario, probe)
+            _follows_data(res, item, scenario, probe, number)
 
 
 def reexecute(

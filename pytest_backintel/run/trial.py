@@ -32,7 +32,7 @@ from pytest_backintel.records.writer import NO_USAGE_TRIAL
 from pytest_backintel.run.watchdog import WatchdogTimeout, run_with_limit
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring.prediction import score_prediction
-from pytest_backintel.scoring.refusals import countable_synonyms
+from pytest_backintel.scoring.refusals import countable_synonyms, refusal_verdict
 from pytest_backintel.scoring.rules import answer_rules
 from pytest_backintel.scoring.score import Reason, TrialScore, score_answer
 from pytest_backintel.tolerance import tolerance_for
@@ -80,6 +80,7 @@ class TrialResult:
             ],
             "checks": [jsonable(asdict(c)) for c in self.score.checks],
             "prediction": jsonable(self.score.prediction),
+            "refusal": refusal_verdict(self.scenario, run.output if run else None),
             "answer": run.output.model_dump(mode="json") if run and run.output else None,
             "evidence": [e.to_json() for e in self.evidence],
             "usage": run.usage.to_json() if run else None,
