@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -19,6 +20,8 @@ from pytest_backintel.contract import AnalystAnswer, Evidence, MetricValue
 from pytest_backintel.evidence.prediction import PermutedRun
 from pytest_backintel.evidence.predictions_table import prediction_rows
 from pytest_backintel.evidence.reexecute import EvidenceResult
+from pytest_backintel.sandbox.bwrap import BwrapProvider
+from pytest_backintel.sandbox.subprocess_backend import SubprocessProvider
 from pytest_backintel.scenario import PredictionSpec, Scenario
 from pytest_backintel.scoring.prediction import score_prediction
 from scenarios.predict import (
@@ -239,6 +242,22 @@ def test_a_program_that_fails_on_permuted_labels_is_unsupported() -> None:
     score = score_prediction(scenario(), answer(GOOD), reproduced(), REFERENCE, crashed)
     assert score.outcome.value == "unsupported_evidence"
     assert "the program failed: ValueError" in score.reasons[0].message
+
+
+@pytest.mark.parametrize("backend", [BwrapProvider, SubprocessProvider])
+def test_scikit_learn_trains_in_every_sandbox_backend(
+    backend: type[BwrapProvider | SubprocessProvider], tmp_path: Path
+) -> None:
+    code = (
+        "import json\n"
+        "from sklearn.linear_model import LogisticRegression\n"
+        "m = LogisticRegression(random_state=0).fit([[0.0], [1.0], [2.0], [3.0]], [0, 0, 1, 1])\n"
+        "print(json.dumps({'p': bool(m.predict_proba([[3.0]])[0][1] > 0.5)}))\n"
+    )
+    with backend(tmp_path / "sandbox") as provider, provider.open(None, tmp_path) as sandbox:
+        result = sandbox.exec(code)
+    assert result.ok, result.stderr
+    assert json.loads(result.stdout) == {"p": True}
 
 
 # -- end to end through the plugin ----------------------------------------------------------
