@@ -19,6 +19,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -222,12 +223,10 @@ def _run_check_python(
 
 
 def _values(scenario: Scenario, world: World, files: DatasetFiles) -> dict[str, Any]:
-    if scenario.prediction is not None:
+    if scenario.prediction is not None:  # hidden labels, the reference program calibrated
         from scenarios.predict_refs import prediction_reference
 
-        def run(mount: Path) -> dict[str, Any]:
-            return _run_check_python(scenario, files, mount)
-
+        run = partial(_run_check_python, scenario, files)
         return dict(_canonical(prediction_reference(scenario, world, files, run)))
     oracle = world.oracles.get(scenario.oracle_name)
     if oracle is None:
@@ -394,9 +393,13 @@ def build_all(
             path.write_text(text, encoding="utf-8")
         elif not path.is_file() or path.read_text(encoding="utf-8") != text:
             raise ReferencesOutOfDateError(f"{path} differs from a fresh build; {REBUILD_HINT}")
-        answerable = sum(1 for s in scenarios if s.answerable)
+        predicted = sum(1 for s in scenarios if s.prediction is not None)
+        answerable = sum(1 for s in scenarios if s.answerable) - predicted
+        checked = f"{answerable} cross-checked by SQL" + (
+            f", {predicted} prediction checked on permuted labels" if predicted else ""
+        )
         print(
-            f"{path.name}: {len(scenarios)} scenarios ({answerable} cross-checked by SQL), "
+            f"{path.name}: {len(scenarios)} scenarios ({checked}), "
             f"data hash {doc['data_hash'][:16]}… {'written' if write else 'up to date'}"
         )
         built[path.name] = doc
