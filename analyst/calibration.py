@@ -27,6 +27,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from analyst.agent import OUTPUT_TOOL_NAMES, build_agent, run_agent
+from analyst.calibration_prediction import perturbed_prediction, unsupported_prediction
 from analyst.tools import AnalystDeps
 from analyst.values import Value, perturb_value, plain_cell
 from pytest_backintel.analyst_api import (
@@ -268,6 +269,8 @@ def _reference_script(turn: Turn) -> Script:
 
 
 def _perturbed_script(turn: Turn) -> Script:
+    if turn.key.prediction is not None:
+        return perturbed_prediction(turn)
     kinds, tolerances = turn.key.metric_kinds, turn.key.tolerances
     return _answering(
         turn,
@@ -294,6 +297,9 @@ def _differs(key: CalibrationKey, name: str, true: Value, cited: Any) -> bool:
 
 
 def _unsupported_script(turn: Turn) -> Script:
+    if turn.key.prediction is not None:
+        yield from unsupported_prediction(turn)
+        return
     tables = yield from _explore(turn, DESCRIBE_TABLES)
     if turn.key.check_sql is None:
         yield _final(_refusal(turn.key, tables, generic=False))

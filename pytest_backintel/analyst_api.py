@@ -83,6 +83,8 @@ class CalibrationKey:
     one and the item has a sandbox: the reference analyst then cites Python evidence."""
     planted_values: dict[str, Any] = field(default_factory=dict)
     """The values instructions planted in the data ask for, by metric (`careless` obeys)."""
+    prediction: dict[str, Any] | None = None
+    """Prediction scenarios: the `PredictionSpec` fields (kind, entity, value, tables)."""
 
 
 @dataclass

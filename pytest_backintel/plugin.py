@@ -37,7 +37,8 @@ MARKERS = {
     "answerable": "scenario with a reference answer",
     "unanswerable": "scenario whose data cannot answer the question",
     "boundaries": "scenario with a scope, a denied grant or instructions planted in its data",
-    **{f"level{n}": f"benchmark level {n}" for n in range(1, 8)},
+    **{f"level{n}": f"benchmark level {n}" for n in range(1, 9)},
+    "prediction": "prediction scenario: held-out cohort scored against a baseline (level 8)",
     **{
         f"store_{name}": f"run on the {name} store backend"
         for name in (

@@ -15,6 +15,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 __all__ = [
+    "CRITERION",
+    "HIGHER_IS_BETTER",
+    "PREDICTION_METRICS",
     "SOURCE_KINDS",
     "ColumnSpec",
     "DatasetBinding",
@@ -23,6 +26,7 @@ __all__ = [
     "MetricKind",
     "MetricSpec",
     "PlantedInstruction",
+    "PredictionSpec",
     "ReferenceSpec",
     "RefusalSpec",
     "Scenario",
@@ -256,6 +260,65 @@ class DatasetBinding(_Strict):
         return raw if raw.is_absolute() else (base / raw).resolve()
 
 
+PREDICTION_METRICS = {
+    "classification": ("auroc", "average_precision", "log_loss", "brier"),
+    "regression": ("mae",),
+}
+"""The metrics a prediction criterion may name, per task kind (all computed by scikit-learn)."""
+HIGHER_IS_BETTER = frozenset({"auroc", "average_precision"})
+CRITERION = re.compile(
+    r"^\s*(?P<metric>[a-z_]+)\s*(?P<op>>=|<=)\s*baseline"
+    r"(?:\s*(?P<sign>[+-])\s*(?P<margin>\d+(?:\.\d+)?))?\s*$"
+)
+"""A pass criterion: `<metric> >= baseline + <margin>` or `<metric> <= baseline - <margin>`."""
+
+
+class PredictionSpec(_Strict):
+    """A prediction scenario: the store holds a training cohort with labels and a scoring
+    cohort without them; the scoring labels stay with the evaluator (the reference), loaded
+    only after the analyst answered. The answer's one table metric holds a prediction per
+    scoring entity, cited by the Python program that trained and predicted."""
+
+    kind: Literal["classification", "regression"]
+    """`classification`: a probability of the positive class (label 1); `regression`: a value."""
+    entity: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """The unit of prediction: the key column of the predictions table and both cohorts."""
+    value: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """The predictions table's value column (a probability or a predicted value)."""
+    training_table: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    scoring_table: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    target: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """The label column of the training table (absent from the scoring table)."""
+    baseline: Literal["prevalence", "median", "mean"]
+    """The evaluator's simple baseline, computed from the training cohort: its prevalence
+    (classification) or its median or mean label (regression), for every scoring entity."""
+    criteria: list[str] = Field(min_length=1)
+    """Pass criteria against the baseline, fixed before any run, all required, e.g.
+    `auroc >= baseline + 0.05`, `log_loss <= baseline`, `mae <= baseline - 0.5`."""
+    tolerance: float = Field(default=1e-6, ge=0)
+    """How far the re-run program's predictions may be from the reported ones."""
+    permutation_seed: int = Field(default=27, ge=0)
+    """The seed of the training-label permutation the program is re-run on."""
+
+    @model_validator(mode="after")
+    def _criteria(self) -> PredictionSpec:
+        allowed = PREDICTION_METRICS[self.kind]
+        for text in self.criteria:
+            match = CRITERION.match(text)
+            if match is None or match["metric"] not in allowed:
+                raise ValueError(
+                    f"criterion {text!r}: write `<metric> >= baseline + <margin>` or "
+                    f"`<metric> <= baseline - <margin>` with a {self.kind} metric "
+                    f"({', '.join(allowed)})"
+                )
+        wanted = ("prevalence",) if self.kind == "classification" else ("median", "mean")
+        if self.baseline not in wanted:
+            raise ValueError(f"a {self.kind} baseline is one of {list(wanted)}")
+        if self.value == self.entity:
+            raise ValueError("`value` and `entity` must be different columns")
+        return self
+
+
 class ReferenceSpec(_Strict):
     """Where a user scenario's reference comes from; several given are cross-checked."""
 
@@ -285,7 +348,7 @@ class Scenario(_Strict):
     """The only text the analyst is given."""
     dataset: DatasetBinding
     split: Split
-    level: int = Field(ge=1, le=7)
+    level: int = Field(ge=1, le=8)
     family: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     """The question family, usable with `-k`."""
     answerable: bool
@@ -302,6 +365,9 @@ class Scenario(_Strict):
     against the oracle at build time, and cited by the reference analyst as Python evidence."""
     oracle: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
     """The oracle function's name (defaults to the id with `-` and `.` as `_`)."""
+    prediction: PredictionSpec | None = None
+    """Prediction scenarios (level 8): the cohorts, the baseline and the pass criteria; the
+    reference program is `check_python` and no `check_sql` is needed."""
     reference: ReferenceSpec | None = None
     """Data of your own: the reference, kept in a lock file beside the scenario by
     `backintel references build`. Its `sql` is the `check_sql` when that is not given."""
@@ -325,13 +391,17 @@ class Scenario(_Strict):
                 raise ValueError("an answerable scenario needs at least one metric")
             if self.refusal is not None:
                 raise ValueError("`refusal` belongs to unanswerable scenarios only")
-            if not self.check_sql:
+            if self.prediction is not None:
+                self._prediction_fields(self.prediction)
+            elif not self.check_sql:
                 raise ValueError(
                     "an answerable scenario needs `reference: {sql: ...}`, the query that "
                     "computes its answer (`values` or `python` may be given beside it; over a "
                     "registered world, `check_sql`)"
                 )
         else:
+            if self.prediction is not None:
+                raise ValueError("`prediction` belongs to answerable scenarios only")
             if self.refusal is None:
                 raise ValueError("an unanswerable scenario needs `refusal`")
             if self.metrics:
@@ -351,6 +421,20 @@ class Scenario(_Strict):
                     f"(allowed: {sorted(allowed)})"
                 )
         return self
+
+    def _prediction_fields(self, spec: PredictionSpec) -> None:
+        if not self.check_python:
+            raise ValueError("a prediction scenario needs `check_python` (its reference program)")
+        table = self.metrics[0]
+        if len(self.metrics) != 1 or table.kind is not MetricKind.TABLE:
+            raise ValueError("a prediction scenario requests exactly one table metric")
+        names = [c.name for c in table.columns]
+        if sorted(names) != sorted([spec.entity, spec.value]) or table.key != [spec.entity]:
+            raise ValueError(
+                f"the predictions table has columns [{spec.entity}, {spec.value}] keyed by "
+                f"[{spec.entity}] (prediction.entity, prediction.value); got columns {names} "
+                f"keyed by {table.key}"
+            )
 
     @property
     def oracle_name(self) -> str:

@@ -19,6 +19,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -191,8 +192,11 @@ def _compare(
         )
 
 
-def _run_check_python(scenario: Scenario, files: DatasetFiles) -> dict[str, Any]:
-    """The values `check_python` prints, run in the default sandbox over the world's SQLite."""
+def _run_check_python(
+    scenario: Scenario, files: DatasetFiles, mount: Path | None = None
+) -> dict[str, Any]:
+    """The values `check_python` prints, run in the default sandbox over the world's SQLite
+    (or over `mount`)."""
     from pytest_backintel.sandbox.evidence import PythonEvidenceError, run_python_evidence
     from pytest_backintel.sandbox.registry import create_provider
 
@@ -201,7 +205,9 @@ def _run_check_python(scenario: Scenario, files: DatasetFiles) -> dict[str, Any]
         provider = create_provider(None, Path(tmp))
         provider.setup_session()
         try:
-            outcome = run_python_evidence(provider, files.sqlite_path, scenario.check_python)
+            outcome = run_python_evidence(
+                provider, mount or files.sqlite_path, scenario.check_python
+            )
         finally:
             provider.teardown_session()
     if isinstance(outcome, PythonEvidenceError):
@@ -217,6 +223,11 @@ def _run_check_python(scenario: Scenario, files: DatasetFiles) -> dict[str, Any]
 
 
 def _values(scenario: Scenario, world: World, files: DatasetFiles) -> dict[str, Any]:
+    if scenario.prediction is not None:  # hidden labels, the reference program calibrated
+        from scenarios.predict_refs import prediction_reference
+
+        run = partial(_run_check_python, scenario, files)
+        return dict(_canonical(prediction_reference(scenario, world, files, run)))
     oracle = world.oracles.get(scenario.oracle_name)
     if oracle is None:
         raise ReferenceMismatchError(
@@ -382,9 +393,13 @@ def build_all(
             path.write_text(text, encoding="utf-8")
         elif not path.is_file() or path.read_text(encoding="utf-8") != text:
             raise ReferencesOutOfDateError(f"{path} differs from a fresh build; {REBUILD_HINT}")
-        answerable = sum(1 for s in scenarios if s.answerable)
+        predicted = sum(1 for s in scenarios if s.prediction is not None)
+        answerable = sum(1 for s in scenarios if s.answerable) - predicted
+        checked = f"{answerable} cross-checked by SQL" + (
+            f", {predicted} prediction checked on permuted labels" if predicted else ""
+        )
         print(
-            f"{path.name}: {len(scenarios)} scenarios ({answerable} cross-checked by SQL), "
+            f"{path.name}: {len(scenarios)} scenarios ({checked}), "
             f"data hash {doc['data_hash'][:16]}… {'written' if write else 'up to date'}"
         )
         built[path.name] = doc

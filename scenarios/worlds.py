@@ -105,3 +105,9 @@ def olist_boundaries_world() -> World:
     from scenarios.boundaries import OlistBoundariesWorld
 
     return OlistBoundariesWorld()
+
+
+def olist_predict_world() -> World:
+    from scenarios.predict import OlistPredictWorld
+
+    return OlistPredictWorld()

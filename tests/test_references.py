@@ -78,7 +78,7 @@ def test_scenario_files_follow_the_conventions(all_scenarios: list[Scenario]) ->
         assert f"`{s.refusal.forbidden_metric}`" in s.question
     kinds = {m.kind for s in all_scenarios for m in s.metrics}
     assert kinds == set(MetricKind)
-    assert {s.level for s in all_scenarios} == {1, 2, 3, 4, 5, 6, 7}
+    assert {s.level for s in all_scenarios} == {1, 2, 3, 4, 5, 6, 7, 8}
 
 
 def test_every_answerable_scenario_has_exactly_one_oracle(scenarios: list[Scenario]) -> None:

@@ -51,6 +51,7 @@ def markers_for(scenario: Scenario, backend: str) -> list[str]:
         f"level{scenario.level}",
         store_marker(backend),
         *(["boundaries"] if is_boundary(scenario) else []),
+        *(["prediction"] if scenario.prediction is not None else []),
     ]
 
 

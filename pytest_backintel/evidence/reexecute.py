@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_backintel.contract import AnalystAnswer, Evidence
+from pytest_backintel.evidence.predictions_table import compare_predictions
 from pytest_backintel.evidence.values import EVIDENCE_MAX_ROWS, jsonable, values_from_result
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.tolerance import compare_metric, reproduces
@@ -233,7 +234,11 @@ def _check_one(
             res.reproduced[name] = False
             res.details[name] = f"cites {name!r}, which the answer does not report"
         else:
-            cmp = reproduces(spec, values[name], reported[name])
+            cmp = (
+                compare_predictions(scenario.prediction, values[name], reported[name])
+                if scenario.prediction is not None
+                else reproduces(spec, values[name], reported[name])
+            )
             res.reproduced[name] = cmp.ok
             if not cmp.ok:
                 res.details[name] = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from pytest_backintel.collect.suites import rebound
 from pytest_backintel.collect.user_data import check_name, user_source, world_for
 from pytest_backintel.collect.worlds import World, data_dir
 from pytest_backintel.evidence.item_python import ItemPython, evidence_runner
+from pytest_backintel.evidence.prediction import permuted_copy
 from pytest_backintel.evidence.probe import DataProbe, Probes
 from pytest_backintel.freeze.lock import (
     FreezeError,
@@ -171,6 +172,16 @@ class BenchSession:
             return []
         return self.probes.get(spec, self.store_for(scenario), files, python, data_hash)
 
+    def permuted_python(self, scenario: Scenario) -> Callable[[str], Mapping[str, Any]] | None:
+        """A Python evidence runner over the prediction scenario's dataset with its training
+        labels permuted (a SQLite copy built once); None without a SQLite build."""
+        spec = scenario.prediction
+        files, data_hash = self.dataset(scenario)
+        if spec is None or files.sqlite_path is None:
+            return None
+        copy = permuted_copy(files.sqlite_path, spec, self.data_dir / "permuted", data_hash)
+        return evidence_runner(lambda: self.sandboxes)(copy)
+
     @property
     def data_dir(self) -> Path:
         return data_dir(self.root)
@@ -305,6 +316,7 @@ class BenchSession:
                 verify_data=lambda: self.verify_data(scenario),
                 case_key=key,
                 probes=lambda: self.probes_for(scenario, python is not None),
+                permuted=lambda: self.permuted_python(scenario) if python is not None else None,
             )
             span.finish(result.score.outcome.value)
         return result, span.trace_id

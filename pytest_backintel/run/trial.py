@@ -23,11 +23,13 @@ from pytest_backintel.analyst_api import (
 )
 from pytest_backintel.contract import AnalystAnswer, Refusal
 from pytest_backintel.evidence.dialects import SOURCE_DIALECT, translate
+from pytest_backintel.evidence.prediction import PermutedRun, permutation_run
 from pytest_backintel.evidence.probe import DataProbe
 from pytest_backintel.evidence.reexecute import (
     EvidenceBudget,
     EvidenceClock,
     EvidenceResult,
+    PythonRunner,
     reexecute,
 )
 from pytest_backintel.evidence.values import jsonable
@@ -37,6 +39,7 @@ from pytest_backintel.run.scope import observed_reads
 from pytest_backintel.run.watchdog import WatchdogTimeout, run_with_limit
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring.boundaries import Access
+from pytest_backintel.scoring.prediction import score_prediction
 from pytest_backintel.scoring.refusals import countable_synonyms, refusal_verdict
 from pytest_backintel.scoring.rules import answer_rules
 from pytest_backintel.scoring.score import Reason, TrialScore, boundary_reasons, score_answer
@@ -92,6 +95,7 @@ class TrialResult:
                 for r in self.score.reasons
             ],
             "checks": [jsonable(asdict(c)) for c in self.score.checks],
+            "prediction": jsonable(self.score.prediction),
             "refusal": refusal_verdict(self.scenario, run.output if run else None),
             "answer": run.output.model_dump(mode="json") if run and run.output else None,
             "evidence": [e.to_json() for e in self.evidence],
@@ -124,6 +128,7 @@ def calibration_key(scenario: Scenario, dialect: str = SOURCE_DIALECT) -> Calibr
         forbidden_metric=refusal.forbidden_metric if refusal else None,
         check_python=scenario.check_python,
         planted_values={k: v for p in scenario.planted for k, v in p.values.items()},
+        prediction=scenario.prediction.model_dump() if scenario.prediction else None,
     )
 
 
@@ -200,10 +205,12 @@ def run_trial(
     verify_data: Callable[[], list[str]] = list,
     case_key: str | None = None,
     probes: Callable[[], Sequence[DataProbe]] | None = None,
+    permuted: Callable[[], PythonRunner | None] | None = None,
 ) -> TrialResult:
     """Run one trial. The reference is loaded only after the analyst has answered; the
     dataset's pinned files (`verify_data`) are checked before and after; evidence is also run on
-    the data probes (`probes`, built only when the answer cites evidence)."""
+    the data probes (`probes`, built only when the answer cites evidence); a prediction's
+    program also on the training-label permutation (`permuted`, a runner over that copy)."""
     before = store.fingerprint()
     if problems := verify_data():
         failed = TrialResult(scenario, trial, store.display_id, TrialScore(Outcome.NOT_RUN), None)
@@ -236,6 +243,7 @@ def run_trial(
         latency_s=latency,
         fingerprint_before=asdict(before),
     )
+    permuted_run: PermutedRun | None = None
     if failure is not None:
         result.score = TrialScore.from_reasons([failure])
     else:
@@ -244,8 +252,10 @@ def run_trial(
         if isinstance(run.output, AnalystAnswer):
             budget = EvidenceBudget(limits.evidence_max_items, limits.evidence_time_s)
             clock = EvidenceClock(budget)
+            probing = probes is not None and bool(run.output.evidence)
+            probing = probing and scenario.prediction is None
             try:
-                chosen = probes() if probes is not None and run.output.evidence else ()
+                chosen = probes() if probing and probes is not None else ()
                 clock = EvidenceClock(budget)  # building the probes is the harness's time
                 result.evidence = reexecute(
                     run.output,
@@ -256,6 +266,10 @@ def run_trial(
                     clock,
                 )
                 result.probe_gaps = sorted({g for probe in chosen for g in probe.gaps(scenario)})
+                if scenario.prediction is not None and permuted is not None:
+                    permuted_run = permutation_run(
+                        scenario, run.output, result.evidence, permuted()
+                    )
             except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
                 return result
@@ -272,7 +286,12 @@ def run_trial(
             )
             return result
         try:
-            result.score = score_answer(scenario, run.output, result.evidence, reference)
+            if scenario.prediction is not None and isinstance(run.output, AnalystAnswer):
+                result.score = score_prediction(
+                    scenario, run.output, result.evidence, reference, permuted_run
+                )
+            else:
+                result.score = score_answer(scenario, run.output, result.evidence, reference)
             result.accesses, result.scope_notes = observed_reads(scenario, run, store, python)
         except Exception as exc:
             result.score = _harness_bug(exc, "scoring")

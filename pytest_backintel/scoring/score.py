@@ -25,6 +25,7 @@ __all__ = [
     "Reason",
     "TrialScore",
     "boundary_reasons",
+    "evidence_reasons",
     "names_concept",
     "score_answer",
 ]
@@ -56,6 +57,9 @@ class TrialScore:
     outcome: Outcome
     reasons: list[Reason] = field(default_factory=list)
     checks: list[MetricCheck] = field(default_factory=list)
+    prediction: dict[str, Any] | None = None
+    """Prediction scenarios: every metric of the model and of the baseline, each on its own,
+    the criteria and the permutation check (`pytest_backintel.scoring.prediction`)."""
 
     @classmethod
     def from_reasons(
@@ -145,7 +149,8 @@ def _evidence_by_metric(results: list[EvidenceResult]) -> dict[str, list[Evidenc
     return cited
 
 
-def _evidence_reasons(results: list[EvidenceResult]) -> list[Reason]:
+def evidence_reasons(results: list[EvidenceResult]) -> list[Reason]:
+    """Unsupported evidence: an item that failed to run or did not reproduce a value."""
     reasons = []
     for res in results:
         if res.error is not None:
@@ -223,5 +228,5 @@ def score_answer(
                 cmp.detail,
             )
         )
-    reasons += _evidence_reasons(evidence)
+    reasons += evidence_reasons(evidence)
     return TrialScore.from_reasons(reasons, checks)
