@@ -31,6 +31,7 @@ from pytest_backintel.records import (
     read_json,
     read_records,
 )
+from pytest_backintel.run.attempts import retried
 
 __all__ = [
     "candidate",
@@ -203,6 +204,8 @@ def final_header(
     """run.json at the end of a session: the header this session `started` with, under what
     an earlier session of an appended folder wrote, the records' summary and how it ended."""
     from pytest_backintel.freeze import verify_lock
+    from pytest_backintel.run.resume import record_resumption
+    from pytest_backintel.run.shards import read_shard
     from pytest_backintel.tracing import merge_traces
 
     earlier = read_json(run_dir / "run.json")
@@ -217,6 +220,9 @@ def final_header(
             "planned_items": read_plan(run_dir),
             "spans": merge_traces(run_dir),
             "budget_spent": budget_spent,
+            "shard": read_shard(run_dir),
+            "retried": retried(records),
         }
     )
+    record_resumption(header, started, records)
     return header

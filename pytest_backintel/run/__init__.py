@@ -1,0 +1,1 @@
+"""Running a plan of trials: resuming, retrying blocked trials, shards and their merge."""
