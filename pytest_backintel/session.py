@@ -227,7 +227,7 @@ class BenchSession:
         """A resumed run keeps the trials left to run; a shard its part; then the plan."""
         opts = self.options
         if self.resumption is not None:  # the run's plan is already written
-            self.resumption.select(self.config, items, self.data_hash_of)
+            self.reserved_note.append(self.resumption.select(self.config, items, self.data_hash_of))
             return
         if opts.shard is not None:
             select_shard(self.config, items, opts.shard, opts.shard_durations, self.run_dir)

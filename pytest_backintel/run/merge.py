@@ -15,6 +15,7 @@ import argparse
 import json
 import shutil
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,11 @@ def _value(header: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def check_parts(parts: list[Part]) -> None:
-    """Raise `MergeRefused` naming each part that is not of the first part's run."""
-    first, problems = parts[0], []
+    """Raise `MergeRefused` naming each part that is not of the run most parts are of (the
+    plan most parts share; on a tie, the first part's)."""
+    plans = Counter(tuple(p.plan) for p in parts)
+    first = next(p for p in parts if plans[tuple(p.plan)] == max(plans.values()))
+    problems = []
     shas: dict[str, tuple[str, Path]] = {}
     data: dict[tuple[str, str], tuple[str, Path]] = {}
     for part in parts:

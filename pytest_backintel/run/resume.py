@@ -173,7 +173,14 @@ class Resumption:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [i for i in items if not hasattr(i, "scenario") or i.nodeid in keep]
-        return sorted(keep)
+        again = sum(1 for n in keep if n in self.by_node)
+        return (
+            f"backintel: {self.flag} {self.run_dir.name}: {len(keep)} of {len(self.plan)} planned "
+            f"trial(s) to run ({again} blocked, run again)"
+            if keep
+            else f"backintel: {self.flag} {self.run_dir.name}: nothing to run, every planned "
+            "trial has a final record"
+        )
 
     def _runs(self, nodeid: str) -> bool:
         earlier = self.by_node.get(nodeid)
