@@ -11,6 +11,7 @@ Each resumption is listed in `run.json` under `resumed`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +135,15 @@ class Resumption:
         }
 
     # -- after collection (every process) --------------------------------------------------
-    def select(self, config: pytest.Config, items: list[pytest.Item], data_hash: Any) -> list[str]:
+    def select(
+        self,
+        config: pytest.Config,
+        items: list[pytest.Item],
+        data_hash: Callable[[Any], tuple[str, str, str]],
+    ) -> str:
         """Check the collection is the run's plan, its scenarios and data unchanged, then keep
-        only the trials to run; `data_hash(item)` is the item's (world, snapshot, hash)."""
+        only the trials to run; `data_hash(item)` is the item's (world, snapshot, hash).
+        Returns the line saying how many will run."""
         trials: list[Any] = [i for i in items if hasattr(i, "scenario")]
         whole = set(self.shard["plan"]) if self.shard else self.plan
         collected = {i.nodeid for i in trials}
