@@ -389,8 +389,9 @@ class BenchSession:
                 results, baseline = self.root / self.options.results_dir, opts.freeze_baseline
                 diff = check_candidate(header["git"], self.root, results, baseline)
                 if resumed is None:
+                    shard = "{}/{}".format(*opts.shard) if opts.shard else None
                     header["freeze"] = register_run(
-                        results, self.run_id, self.candidate(), opts.freeze_plan, diff
+                        results, self.run_id, self.candidate(), opts.freeze_plan, diff, shard
                     )
             except FreezeError as exc:
                 raise pytest.UsageError(str(exc)) from exc

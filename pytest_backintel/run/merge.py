@@ -34,7 +34,16 @@ from pytest_backintel.run.shards import plan_hash, read_shard
 
 __all__ = ["MergeRefused", "Merged", "Part", "load_part", "merge_runs", "register"]
 
-PART_FIELDS = ("shard", "resumed", "appended", "appended_to", "budget_spent", "freeze_check")
+LOCK = "freeze.lock.json"
+PART_FIELDS = (
+    "freeze",
+    "shard",
+    "resumed",
+    "appended",
+    "appended_to",
+    "budget_spent",
+    "freeze_check",
+)
 """`run.json` fields that describe one part, kept per part under `merged_from`."""
 
 
@@ -103,6 +112,11 @@ def check_parts(parts: list[Part]) -> None:
                     f"{part.path}: {'.'.join(keys)} is {_value(part.header, keys)!r}, "
                     f"{first.path} has {_value(first.header, keys)!r}"
                 )
+        if _lock_of(part) != _lock_of(first):
+            problems.append(
+                f"{part.path}: frozen under candidate {_lock_of(part)[0]}, {first.path} under "
+                f"{_lock_of(first)[0]} (None: not frozen)"
+            )
         if part.shard and first.shard and part.shard["total"] != first.shard["total"]:
             problems.append(
                 f"{part.path}: shard of {part.shard['total']}, not {first.shard['total']}"
@@ -125,6 +139,12 @@ def check_parts(parts: list[Part]) -> None:
     if problems:
         unique = list(dict.fromkeys(problems))
         raise MergeRefused("refusing to merge parts of different runs: " + "; ".join(unique))
+
+
+def _lock_of(part: Part) -> tuple[str | None, list[str]]:
+    """The candidate and plan of a part's freeze lock ((None, []) for a run not frozen)."""
+    lock = read_json(part.path / LOCK)
+    return lock.get("candidate_id"), sorted(lock.get("plan_items") or [])
 
 
 @dataclass(frozen=True)
@@ -151,7 +171,7 @@ def _merged_header(out: Path, parts: list[Part], records: list[dict[str, Any]]) 
             "merged_at": now_iso(),
             "merged_from": [
                 {"run_id": p.header.get("run_id"), "path": str(p.path), "trials": len(p.records)}
-                | {k: p.header[k] for k in (*PART_FIELDS, "git", "args") if k in p.header}
+                | {k: p.header[k] for k in (*PART_FIELDS, "freeze", "git", "args") if k in p.header}
                 for p in parts
             ],
         }
@@ -187,6 +207,8 @@ def merge_runs(out: Path, paths: list[Path]) -> Merged:
     write_json_lines(out / "parts" / "records-merged.jsonl", lines)
     (out / "parts" / "plan-merged.json").write_text(json.dumps(parts[0].plan))
     spans = _copy_traces_and_cassettes(out, parts)
+    if (parts[0].path / LOCK).is_file():  # every part has the same lock: a frozen run's
+        shutil.copy(parts[0].path / LOCK, out / LOCK)
     header = _merged_header(out, parts, records) | {"spans": spans}
     write_json(out / "run.json", header)
     missing = sorted(set(parts[0].plan) - set(owner))
