@@ -280,8 +280,9 @@ class PricedModel(WrapperModel):
 
 
 def _priced(model: Model, name: str) -> Model:
-    """`model` priced from `reports/prices.json` by `name`; unpriced when the table lacks it."""
-    from reports.prices import load_prices
+    """`model` priced from `pytest_backintel/records/prices.json` by `name`; unpriced when
+    the table lacks it."""
+    from pytest_backintel.records.prices import load_prices
 
     price = load_prices().price_for(name)
     return model if price is None else PricedModel(model, price.input, price.output)

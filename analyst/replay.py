@@ -18,7 +18,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from analyst.agent import build_agent, run_agent
 from analyst.tools import AnalystDeps
 from pytest_backintel.analyst_api import AnalystConfig, AnalystKind, AnalystRun, AnalystTask
-from pytest_backintel.cassettes import CassetteError, find_cassette_dir, read_cassette
+from pytest_backintel.records.cassettes import CassetteError, find_cassette_dir, read_cassette
 
 __all__ = ["ReplayAnalyst", "ReplayError", "recorded_responses", "replay_analyst"]
 

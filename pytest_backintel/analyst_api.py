@@ -42,7 +42,7 @@ class AnalystLimits:
     max_tokens: int | None = 400_000
     wall_time_s: float = 600.0
     max_cost_usd: float | None = None
-    """USD per trial, priced from `reports/prices.json` (None: no cost limit)."""
+    """USD per trial, priced from `pytest_backintel/records/prices.json` (None: no cost limit)."""
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,58 @@ from typing import TypeVar
 
 import pytest
 
-from pytest_backintel.analyst_api import AnalystLimits
-from pytest_backintel.budget import RunLimits
+from pytest_backintel.analyst_api import AnalystKind, AnalystLimits
 from pytest_backintel.sandbox.registry import default_sandbox
 
-__all__ = ["BenchOptions", "add_options", "read_options"]
+__all__ = [
+    "CALIBRATION_ANALYSTS",
+    "CALIBRATION_LABEL",
+    "REPLAY_LABEL",
+    "REPLAY_PREFIX",
+    "BenchOptions",
+    "RunLimits",
+    "add_options",
+    "analyst_label",
+    "read_options",
+    "spec_kind",
+]
 
 N = TypeVar("N", int, float)
 
 CALIBRATION_ANALYSTS = ("reference", "refuse-all", "perturbed", "unsupported")
+
+CALIBRATION_LABEL = "calibration analyst: measures the harness, not a model"
+REPLAY_LABEL = "replay of recorded model responses: no model is called"
+
+REPLAY_PREFIX = "replay:"
+"""`replay:DIR` replays the cassettes of a recorded run (see `analyst.replay`)."""
+
+
+def spec_kind(spec: str) -> AnalystKind:
+    """The kind of analyst an `--analyst` value names, known before it is loaded."""
+    if spec in CALIBRATION_ANALYSTS:
+        return "calibration"
+    if spec.startswith(REPLAY_PREFIX):
+        return "replay"
+    return "model" if spec == "model" else "custom"
+
+
+def analyst_label(spec: str) -> str | None:
+    """The label every report of a run by this analyst carries, if it is not a model."""
+    return {"calibration": CALIBRATION_LABEL, "replay": REPLAY_LABEL}.get(spec_kind(spec))
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """Budgets for the whole run (None: no budget)."""
+
+    max_requests: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return any(v is not None for v in (self.max_requests, self.max_tokens, self.max_cost_usd))
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from pytest_backintel import heap
-from pytest_backintel.backends import check_stores
-from pytest_backintel.collect import ScenarioFile, ScenarioItem, is_scenario_file
-from pytest_backintel.html_report import HtmlReport, header_lines, summary_lines
-from pytest_backintel.install import shadowed_packages
-from pytest_backintel.item_python import ItemPython
-from pytest_backintel.live import LIVE
-from pytest_backintel.manifests import ManifestFile, is_manifest
+from pytest_backintel.collect.backends import check_stores
+from pytest_backintel.collect.install import shadowed_packages
+from pytest_backintel.collect.items import RUNNER_KEY, ScenarioFile, ScenarioItem, is_scenario_file
+from pytest_backintel.collect.manifests import ManifestFile, is_manifest
+from pytest_backintel.evidence.item_python import ItemPython
 from pytest_backintel.options import add_options
-from pytest_backintel.progress import Progress
-from pytest_backintel.session import SESSION_KEY, BenchSession
+from pytest_backintel.records.html_report import HtmlReport, header_lines, summary_lines
+from pytest_backintel.records.live import LIVE
+from pytest_backintel.run import heap
+from pytest_backintel.run.progress import Progress
+from pytest_backintel.run.session import SESSION_KEY, BenchSession
 from stores.base import ProvisionedStore
 
 MARKERS = {
@@ -56,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("\n".join(problems))
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
-    bench = config.stash[SESSION_KEY] = BenchSession(config)
+    bench = config.stash[SESSION_KEY] = config.stash[RUNNER_KEY] = BenchSession(config)
     heap.hold()
     config.add_cleanup(heap.release)
     config.pluginmanager.register(Progress(config, LIVE), "backintel-progress")
@@ -74,7 +74,7 @@ def pytest_configure_node(node: Any) -> None:
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist controller: every worker kept as many items ahead as it runs trials at once."""
-    from pytest_backintel.xdist_schedule import scheduler_for
+    from pytest_backintel.collect.xdist_schedule import scheduler_for
 
     return scheduler_for(config, config.stash[SESSION_KEY].concurrency, log)
 

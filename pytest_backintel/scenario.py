@@ -199,7 +199,7 @@ class ReferenceSpec(_Strict):
     values: dict[str, Any] | None = None
     """The values themselves, by metric name."""
     python: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    """`module:function` in your own code, called with a `pytest_backintel.references.
+    """`module:function` in your own code, called with a `pytest_backintel.collect.references.
     ReferenceData` over a pristine copy; returns the values by metric name."""
 
     @model_validator(mode="after")

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_backintel.records.prices import PriceTableError
 from reports.load import RunFolderError, load_run
-from reports.prices import PriceTableError
 
 __all__ = ["build_parser", "main", "register"]
 

@@ -16,8 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.records import no_usage_warning
-from pytest_backintel.run.attempts import final_rows, retried
+from pytest_backintel.records.attempts import final_rows, retried
+from pytest_backintel.records.writer import no_usage_warning
 
 __all__ = [
     "CALIBRATION_BANNER",

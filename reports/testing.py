@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.records import NO_USAGE_TRIAL
+from pytest_backintel.records.writer import NO_USAGE_TRIAL
 
 __all__ = ["DATA_HASH", "header", "record", "write_run"]
 

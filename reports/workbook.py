@@ -14,7 +14,7 @@ from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 from openpyxl.styles import Font, PatternFill
 from openpyxl.worksheet.worksheet import Worksheet
 
-from reports.prices import load_prices
+from pytest_backintel.records.prices import load_prices
 from reports.scorecard import pct, scorecard_context
 from reports.summary import RunSummary
 

@@ -17,7 +17,7 @@ __all__ = ["register"]
 def _data_olist(args: argparse.Namespace) -> int:
     """Verify the public Olist CSV release against pinned checksums, then load it."""
     from scenarios.olist.real import OlistSourceError, load_real_olist, record_checksums
-    from scenarios.worlds import data_dir
+    from scenarios.world_base import data_dir
 
     src = Path(args.source)
     try:

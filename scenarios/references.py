@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.loading import load_scenario_file
+from pytest_backintel.collect.loading import load_scenario_file
 from pytest_backintel.scenario import MetricKind, MetricSpec, Scenario
 from pytest_backintel.tolerance import reproduces
 from scenarios.reference_errors import (
@@ -31,7 +31,7 @@ from scenarios.reference_errors import (
     ReferencesOutOfDateError,
     StaleReferencesError,
 )
-from scenarios.worlds import UnknownWorldError, World, data_dir, get_world
+from scenarios.world_base import UnknownWorldError, World, data_dir, get_world
 from stores.base import DatasetFiles
 
 __all__ = [
@@ -41,8 +41,10 @@ __all__ = [
     "ReferenceError",
     "ReferenceMismatchError",
     "ReferenceSet",
+    "ReferencedWorld",
     "ReferencesOutOfDateError",
     "StaleReferencesError",
+    "attach_parts",
     "build_all",
     "build_references",
     "check_data_hash",
@@ -119,11 +121,17 @@ def _short(value: Any, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def attach_parts(con: sqlite3.Connection, files: DatasetFiles) -> None:
+    """ATTACH each declared part's SQLite file read-only under its part name."""
+    for key, path in sorted(files.extra.items()):
+        if key.startswith("sqlite:"):
+            alias = key.split(":", 1)[1]
+            con.execute(f'ATTACH DATABASE ? AS "{alias}"', (f"{path.as_uri()}?mode=ro",))
+
+
 def _run_check_sql(scenario: Scenario, files: DatasetFiles) -> dict[str, Any]:
     """The check_sql result as metric -> value (a table metric gets all rows), run on the
     world's SQLite file with its declared parts attached read-only under their aliases."""
-    from scenarios.split import attach_parts
-
     assert scenario.check_sql is not None
     assert files.sqlite_path is not None
     sqlite_path = files.sqlite_path
@@ -393,3 +401,18 @@ def computed_reference(scenario: Scenario, world: World, files: DatasetFiles) ->
         update={"dataset": scenario.dataset.model_copy(update={"world": world.name})}
     )
     return _values(rebound, world, files)
+
+
+class ReferencedWorld(World):
+    """A world whose references are the committed reference files (computed by the oracles
+    for data that has none, such as the real Olist release serving `olist`)."""
+
+    def reference(
+        self, scenario: Scenario, files: DatasetFiles, data_hash: str
+    ) -> Mapping[str, Any]:
+        """The committed reference of `scenario`, checked against the data hash; for data
+        with no committed references (the real Olist release serving `olist`), computed now by
+        the oracles and cross-checked by the check query."""
+        if self.name != scenario.dataset.world:
+            return computed_reference(scenario, self, files)
+        return reference_for(scenario, data_hash)

@@ -33,8 +33,9 @@ import polars as pl
 
 from scenarios.olist.generator import OlistConfig, generate
 from scenarios.olist.world import GENERATOR_MODULES, OlistWorld
-from scenarios.worlds import Oracle, World
-from scenarios.worlds import data_dir as default_data_dir
+from scenarios.references import ReferencedWorld
+from scenarios.world_base import Oracle
+from scenarios.world_base import data_dir as default_data_dir
 from stores.base import DatasetFiles
 
 __all__ = [
@@ -339,7 +340,7 @@ def plant(base: Tables, plants: tuple[Plant, ...] = PLANTS) -> Tables:
     return tables
 
 
-class OlistReplayWorld(World):
+class OlistReplayWorld(ReferencedWorld):
     """The planted Olist world cut off at each declared snapshot.
 
     The plants are tuned to the default Olist config (not BACKINTEL_OLIST_ORDERS); another

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from scenarios.worlds import Oracle
+from scenarios.world_base import Oracle
 
 __all__ = [
     "DELIVERY_ALERT_DAYS",

@@ -8,12 +8,12 @@ holds all eight tables (what oracles read and the data hash covers) and its `Dat
 declares the parts for the `multi` store: `parquet:<part>` and `sqlite:<part>`.
 
 Check queries of level-4 scenarios name tables `<part>.<table>` (`olist_orders.orders`); on
-SQLite they run with both parts' files attached under those names (`attach_parts`).
+SQLite they run with both parts' files attached under those names
+(`scenarios.references.attach_parts`).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
@@ -21,8 +21,9 @@ from typing import ClassVar
 import polars as pl
 
 from scenarios.olist.world import OlistWorld
-from scenarios.worlds import Oracle, World, get_world
-from scenarios.worlds import data_dir as default_data_dir
+from scenarios.references import ReferencedWorld
+from scenarios.world_base import Oracle, get_world
+from scenarios.world_base import data_dir as default_data_dir
 from stores.base import DatasetFiles
 
 __all__ = [
@@ -32,7 +33,6 @@ __all__ = [
     "OlistOrdersWorld",
     "OlistPartWorld",
     "OlistSplitWorld",
-    "attach_parts",
     "build_split",
 ]
 
@@ -44,7 +44,7 @@ SPLIT_STORE = "multi:postgres:olist_orders+sqlite:olist_catalog"
 """The store level-4 scenarios are run on by default."""
 
 
-class OlistPartWorld(World):
+class OlistPartWorld(ReferencedWorld):
     """One part of the Olist world: a subset of its tables, keys kept within the part."""
 
     def __init__(self, base: OlistWorld | None = None) -> None:
@@ -90,7 +90,7 @@ class OlistCatalogWorld(OlistPartWorld):
     name = "olist_catalog"
 
 
-class OlistSplitWorld(World):
+class OlistSplitWorld(ReferencedWorld):
     """All Olist tables, with each part's files declared for the `multi` store."""
 
     name = "olist-split"
@@ -134,14 +134,6 @@ class OlistSplitWorld(World):
             if files.sqlite_path is not None:
                 extra[f"sqlite:{part}"] = files.sqlite_path
         return DatasetFiles(whole.name, whole.parquet_dir, whole.sqlite_path, extra)
-
-
-def attach_parts(con: sqlite3.Connection, files: DatasetFiles) -> None:
-    """ATTACH each declared part's SQLite file read-only under its part name."""
-    for key, path in sorted(files.extra.items()):
-        if key.startswith("sqlite:"):
-            alias = key.split(":", 1)[1]
-            con.execute(f'ATTACH DATABASE ? AS "{alias}"', (f"{path.as_uri()}?mode=ro",))
 
 
 def build_split(data_dir: Path | None = None) -> DatasetFiles:

@@ -27,9 +27,10 @@ from typing import ClassVar
 import duckdb
 import polars as pl
 
-from scenarios.worlds import COMPLETE_MARKER, Oracle, World
-from stores._extensions import load_extensions
+from scenarios.references import ReferencedWorld
+from scenarios.world_base import COMPLETE_MARKER, Oracle
 from stores.base import DatasetFiles
+from stores.extensions import load_extensions
 
 __all__ = ["SF_ENV", "TABLES", "TpchWorld", "duckdb_data_hash", "scale_factor"]
 
@@ -109,7 +110,7 @@ def duckdb_data_hash(parquet_dir: Path) -> str:
     return digest.hexdigest()
 
 
-class TpchWorld(World):
+class TpchWorld(ReferencedWorld):
     """The eight TPC-H tables from `dbgen` at the snapshot's scale factor."""
 
     name = "tpch"

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from scenarios.worlds import Oracle
+from scenarios.world_base import Oracle
 
 __all__ = ["ORACLES"]
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import duckdb
 
-from stores._duckdb_policy import check_functions, quote_literal
+from stores._duckdb_policy import check_functions, classify_error, quote_literal
 from stores._folders import copy_folder, remove_folder, template_dir
 from stores.base import (
     MAX_CELL_BYTES,
@@ -134,18 +134,6 @@ def to_cell(value: Any) -> Any:
     return str(value)
 
 
-def _classify(exc: duckdb.Error, where: str) -> QueryError:
-    text = f"{exc} (on {where})"
-    if isinstance(exc, duckdb.InterruptException):
-        return QueryTimeout(text)
-    if isinstance(exc, duckdb.PermissionException) or (
-        isinstance(exc, duckdb.InvalidInputException)
-        and ("read-only" in str(exc) or "configuration has been locked" in str(exc))
-    ):
-        return QueryRefused(text)
-    return QueryError(text)
-
-
 class DuckDBSession(DuckDBPlans, StoreSession):
     """A guarded read-only DuckDB connection with a per-statement timeout."""
 
@@ -211,7 +199,7 @@ class DuckDBSession(DuckDBPlans, StoreSession):
                         f"statement ran past the {self._timeout_s:g}s limit on {self._where} "
                         "and was interrupted; aggregate more or filter earlier"
                     ) from exc
-                raise _classify(exc, self._where) from exc
+                raise classify_error(exc, self._where) from exc
         return out.result()
 
     def close(self) -> None:

@@ -19,13 +19,14 @@ from typing import Any
 
 import duckdb
 
-from stores.base import QueryError, QueryRefused
+from stores.base import QueryError, QueryRefused, QueryTimeout
 
 __all__ = [
     "REFUSED_SCALAR_FUNCTIONS",
     "REFUSED_TABLE_FUNCTIONS",
     "SAFE_TABLE_FUNCTIONS",
     "check_functions",
+    "classify_error",
     "quote_literal",
     "serialized_sql",
 ]
@@ -169,3 +170,16 @@ def check_functions(conn: duckdb.DuckDBPyConnection, select_sql: str) -> None:
                 f"{node.get('table_name')!r} names a file, not a table; only the item's own "
                 "tables can be read"
             )
+
+
+def classify_error(exc: duckdb.Error, where: str) -> QueryError:
+    """A DuckDB error as the store error it is: a timeout, a refusal or a query error."""
+    text = f"{exc} (on {where})"
+    if isinstance(exc, duckdb.InterruptException):
+        return QueryTimeout(text)
+    if isinstance(exc, duckdb.PermissionException) or (
+        isinstance(exc, duckdb.InvalidInputException)
+        and ("read-only" in str(exc) or "configuration has been locked" in str(exc))
+    ):
+        return QueryRefused(text)
+    return QueryError(text)

@@ -227,7 +227,7 @@ class Store(ABC):
     def setup_session(self) -> None:
         """Once per test session (per xdist worker): start servers, create folders. The
         workdir records this process as its owner (`stores.owner`), so a crashed run's
-        copies are found and removed by the next session (`pytest_backintel.cleanup`)."""
+        copies are found and removed by the next session (`pytest_backintel.run.cleanup`)."""
         from stores.owner import mark_folder
 
         mark_folder(self.workdir)

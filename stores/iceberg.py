@@ -33,8 +33,8 @@ from stores._duckdb_common import (
     remove_folder,
     tree_sha256,
 )
-from stores._extensions import load_extensions, open_guarded_with
 from stores.base import DatasetFiles, Store, StoreError, new_store_id
+from stores.extensions import load_extensions, open_guarded_with
 from stores.lake import CATALOG, ProvisionedViews
 
 __all__ = ["IcebergStore", "ProvisionedIceberg", "open_catalog", "snapshot_ids"]

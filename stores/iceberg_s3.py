@@ -40,7 +40,6 @@ from stores._duckdb_common import (
     tree_sha256,
 )
 from stores._duckdb_policy import serialized_sql
-from stores._extensions import load_extensions, open_guarded_with
 from stores.base import (
     MAX_RESULT_BYTES,
     MAX_ROWS,
@@ -51,6 +50,7 @@ from stores.base import (
     StoreError,
     new_store_id,
 )
+from stores.extensions import load_extensions, open_guarded_with
 from stores.iceberg import ICEBERG_DB, NAMESPACE, snapshot_ids
 from stores.lake import CATALOG
 from stores.s3_endpoint import MotoServer, S3Endpoint, endpoint_from_env

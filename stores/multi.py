@@ -33,7 +33,6 @@ from urllib.parse import urlsplit
 import duckdb
 
 from stores._duckdb_common import DuckDBSession, quote_ident, quote_literal, remove_folder
-from stores._extensions import open_guarded_with
 from stores.base import (
     Column,
     DatasetFiles,
@@ -46,6 +45,7 @@ from stores.base import (
     new_store_id,
 )
 from stores.engine_process import IsolatedSession
+from stores.extensions import open_guarded_with
 
 __all__ = ["Component", "MultiStore", "ProvisionedMulti", "component_dataset", "parse_spec"]
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import duckdb
 
-from stores._duckdb_policy import serialized_sql
+from stores._duckdb_policy import classify_error, serialized_sql
+from stores.pg_conn import adbc_module, query_error
 
 __all__ = ["DuckDBPlans", "duckdb_tables_read", "postgres_relations", "postgres_tables_read"]
 
@@ -44,9 +45,7 @@ def duckdb_tables_read(conn: duckdb.DuckDBPyConnection, sql: str, where: str) ->
     try:
         row = conn.execute(f"EXPLAIN (FORMAT JSON) {statement}").fetchone()
     except duckdb.Error as exc:
-        from stores._duckdb_common import _classify
-
-        raise _classify(exc, where) from exc
+        raise classify_error(exc, where) from exc
     found = _plan_scans(json.loads(row[1]) if row else [])
     return found or _named_tables(conn, statement)
 
@@ -87,16 +86,14 @@ def _named_tables(conn: duckdb.DuckDBPyConnection, statement: str) -> set[str]:
 
 def _explain_json(conn: Any, sql: str, where: str, timeout_s: float) -> Any:
     """`EXPLAIN (FORMAT JSON)` of `sql`, read without COPY (which cannot wrap EXPLAIN)."""
-    from stores.postgres import _adbc, _error
-
-    adbc = _adbc()
+    adbc = adbc_module()
     try:
         with conn.cursor() as cur:
             cur.adbc_statement.set_options(**{"adbc.postgresql.use_copy": "false"})
             cur.execute(f"EXPLAIN (FORMAT JSON) {sql.strip().rstrip(';')}")
             return cur.fetch_arrow_table().column(0)[0].as_py()
     except adbc.Error as exc:
-        raise _error(exc, where, timeout_s) from exc
+        raise query_error(exc, where, timeout_s) from exc
     finally:
         with contextlib.suppress(adbc.Error):
             conn.rollback()

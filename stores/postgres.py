@@ -37,7 +37,6 @@ import secrets
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -63,6 +62,7 @@ from stores.caps import ResultCollector, cell_cap, postgres_capped_select, state
 from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
 from stores.pg_config import DEFAULT_DSN, INITDB
+from stores.pg_conn import adbc_module, ident, query_error, with_db
 from stores.pg_sweep import sweep_stale
 from stores.pg_types import pg_type
 from stores.plans import postgres_tables_read
@@ -71,25 +71,6 @@ __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
 
 _QUERY_START = re.compile(r"^(?:\s+|--[^\n]*\n?|/\*.*?\*/|\()*([A-Za-z]+)", re.DOTALL)
 _READ_KEYWORDS = {"select", "with", "values", "table"}
-_REFUSED_STATES = {"42501", "25006", "0A000"}
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _adbc() -> Any:
-    """The ADBC PostgreSQL DB-API module (imported only when this backend is used)."""
-    import adbc_driver_postgresql.dbapi  # type: ignore[import-untyped]
-
-    return adbc_driver_postgresql.dbapi
-
-
-def _with_db(dsn: str, db: str, user: str | None = None) -> str:
-    parts = urlsplit(dsn)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    netloc = parts.netloc if user is None else f"{user}@{host}"
-    return urlunsplit((parts.scheme, netloc, f"/{db}", parts.query, parts.fragment))
 
 
 def _convert(table: pa.Table) -> list[tuple[Any, ...]]:
@@ -104,23 +85,11 @@ def _convert(table: pa.Table) -> list[tuple[Any, ...]]:
     return list(zip(*columns, strict=True)) if columns else []
 
 
-def _error(exc: Exception, where: str, timeout_s: float) -> QueryError:
-    state = str(getattr(exc, "sqlstate", "") or "")
-    text = f"{str(exc).strip()} (on {where})"
-    if state == "57014":
-        return QueryTimeout(
-            f"statement ran past the {timeout_s:g}s limit on {where} and was cancelled"
-        )
-    if state in _REFUSED_STATES or (state == "42601" and "multiple commands" in str(exc)):
-        return QueryRefused(f"refused, this store is read-only for the analyst: {text}")
-    return QueryError(text)
-
-
 class PostgresSession(StoreSession):
     """An ADBC connection as the item's SELECT-only role; each statement rolled back."""
 
     def __init__(self, uri: str, where: str, timeout_s: float) -> None:
-        adbc = _adbc()
+        adbc = adbc_module()
 
         self._where = where
         self._timeout_s = timeout_s
@@ -130,7 +99,7 @@ class PostgresSession(StoreSession):
             raise StoreError(f"cannot connect to {where}: {exc}") from exc
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> tuple[list[str], pa.Table]:
-        adbc = _adbc()
+        adbc = adbc_module()
 
         try:
             with self._conn.cursor() as cur:
@@ -138,7 +107,7 @@ class PostgresSession(StoreSession):
                 table = cur.fetch_arrow_table()
             return table.column_names, table
         except adbc.Error as exc:
-            raise _error(exc, self._where, self._timeout_s) from exc
+            raise query_error(exc, self._where, self._timeout_s) from exc
         finally:
             with contextlib.suppress(adbc.Error):
                 self._conn.rollback()
@@ -160,9 +129,9 @@ class PostgresSession(StoreSession):
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull "
             "FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum > 0 "
             "AND NOT a.attisdropped ORDER BY a.attnum",
-            (_ident(name),),
+            (ident(name),),
         )
-        _, count = self._query(f"SELECT count(*) FROM {_ident(name)}")
+        _, count = self._query(f"SELECT count(*) FROM {ident(name)}")
         return TableInfo(
             name=name,
             columns=[Column(str(c), str(t), bool(n)) for c, t, n in _convert(cols)],
@@ -184,7 +153,7 @@ class PostgresSession(StoreSession):
                 "store is read-only; send one SELECT (or WITH, VALUES, TABLE). Writes, DDL, "
                 "temporary tables, COPY, SET, EXPLAIN, SHOW and transaction control are refused"
             )
-        adbc = _adbc()
+        adbc = adbc_module()
         body = statement_body(sql)
         try:
             with self._conn.cursor() as cur:
@@ -208,7 +177,7 @@ class PostgresSession(StoreSession):
                     if not out.extend(_convert(pa.Table.from_batches([batch]))):
                         break
         except adbc.Error as exc:
-            raise _error(exc, self._where, self._timeout_s) from exc
+            raise query_error(exc, self._where, self._timeout_s) from exc
         except (OSError, pa.ArrowException) as exc:  # raised while the stream is read
             if "statement timeout" in str(exc):
                 raise QueryTimeout(
@@ -241,19 +210,19 @@ class ProvisionedPostgres(ProvisionedStore):
     @property
     def admin_dsn(self) -> str:
         """The owner's DSN of this database (for the harness only, never the analyst)."""
-        return _with_db(self._store.dsn, self.store_id)
+        return with_db(self._store.dsn, self.store_id)
 
     def connect(self) -> PostgresSession:
-        uri = _with_db(self._store.dsn, self.store_id, user=self.role)
+        uri = with_db(self._store.dsn, self.store_id, user=self.role)
         return PostgresSession(uri, self.display_id, self._store.statement_timeout_s)
 
     def fingerprint(self) -> Fingerprint:
-        adbc = _adbc()
+        adbc = adbc_module()
 
         from stores import fingerprint
 
         physical = hashlib.sha256()
-        with adbc.connect(_with_db(self._store.dsn, self.store_id)) as conn, conn.cursor() as cur:
+        with adbc.connect(with_db(self._store.dsn, self.store_id)) as conn, conn.cursor() as cur:
             cur.execute(
                 "SELECT c.relname::text, c.relkind::text, c.relfilenode::text, "
                 "coalesce(string_agg(a.attname || ':' || a.atttypid || ':' || a.atttypmod, ',' "
@@ -269,18 +238,18 @@ class ProvisionedPostgres(ProvisionedStore):
             for name in sorted(str(r[0]) for r in relations if r[1] in ("r", "v", "m")):
                 cur.execute(
                     f"SELECT md5(coalesce(string_agg(ctid::text || ':' || xmin::text, ',' "
-                    f"ORDER BY ctid), '')) FROM {_ident(name)}"
+                    f"ORDER BY ctid), '')) FROM {ident(name)}"
                 )
                 physical.update(f"{name}:{cur.fetchone()}".encode())
                 cur.execute(
                     "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) "
                     "FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum > 0 "
                     "AND NOT a.attisdropped ORDER BY a.attnum",
-                    (_ident(name),),
+                    (ident(name),),
                 )
                 columns = [(str(c), str(t)) for c, t in cur.fetchall()]
                 order = ", ".join(str(i + 1) for i in range(len(columns)))
-                cur.execute(f"SELECT * FROM {_ident(name)} ORDER BY {order or 'ctid'}")
+                cur.execute(f"SELECT * FROM {ident(name)} ORDER BY {order or 'ctid'}")
                 hasher.add_table(name, columns, _convert(cur.fetch_arrow_table()))
             conn.rollback()
         return Fingerprint(logical=hasher.hexdigest(), physical=physical.hexdigest())
@@ -342,10 +311,10 @@ class PostgresStore(Store):
             self.drop(str(name))
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedPostgres:
-        adbc = _adbc()
+        adbc = adbc_module()
 
         store_id = new_store_id()
-        db, role = _ident(store_id), _ident(f"{store_id}_ro")
+        db, role = ident(store_id), ident(f"{store_id}_ro")
         timeout_ms = int(self.statement_timeout_s * 1000)
         try:
             with self._admin() as admin:
@@ -357,16 +326,14 @@ class PostgresStore(Store):
                 admin.execute(f"ALTER ROLE {role} SET statement_timeout = {timeout_ms}")
                 admin.execute(f"ALTER ROLE {role} SET default_transaction_read_only = on")
                 admin.execute(f"GRANT CONNECT ON DATABASE {db} TO {role}")
-            with adbc.connect(_with_db(self.dsn, store_id)) as conn:
+            with adbc.connect(with_db(self.dsn, store_id)) as conn:
                 with conn.cursor() as cur:
                     cur.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
                     cur.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
                     for path in sorted(dataset.parquet_dir.glob("*.parquet")):
                         table = pq.read_table(path)
-                        cols = ", ".join(
-                            f"{_ident(f.name)} {pg_type(f.type)}" for f in table.schema
-                        )
-                        cur.execute(f"CREATE TABLE {_ident(path.stem)} ({cols})")
+                        cols = ", ".join(f"{ident(f.name)} {pg_type(f.type)}" for f in table.schema)
+                        cur.execute(f"CREATE TABLE {ident(path.stem)} ({cols})")
                         if table.num_rows:
                             cur.adbc_ingest(path.stem, table, mode="append")
                     cur.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
@@ -381,5 +348,5 @@ class PostgresStore(Store):
     def drop(self, store_id: str) -> None:
         """Drop the item's database and role; missing ones are fine."""
         with self._admin() as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {_ident(store_id)} WITH (FORCE)")
-            admin.execute(f"DROP ROLE IF EXISTS {_ident(store_id + '_ro')}")
+            admin.execute(f"DROP DATABASE IF EXISTS {ident(store_id)} WITH (FORCE)")
+            admin.execute(f"DROP ROLE IF EXISTS {ident(store_id + '_ro')}")

@@ -12,7 +12,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from stores.base import DatasetFiles, Fingerprint, StoreError, new_store_id
-from stores.postgres import PostgresStore, ProvisionedPostgres, _ident, _with_db
+from stores.pg_conn import ident, with_db
+from stores.postgres import PostgresStore, ProvisionedPostgres
 
 __all__ = ["PostgresCloneStore"]
 
@@ -32,7 +33,7 @@ class PostgresCloneStore(PostgresStore):
         self.source_db = urlsplit(source_dsn).path.lstrip("/")
         if not self.source_db:
             raise StoreError(f"postgres source {source_dsn!r} names no database (…/<dbname>)")
-        self.dsn = _with_db(source_dsn, "postgres")
+        self.dsn = with_db(source_dsn, "postgres")
         self._cluster = None
 
     def source_fingerprint(self) -> Fingerprint:
@@ -45,13 +46,13 @@ class PostgresCloneStore(PostgresStore):
         import psycopg
 
         store_id = new_store_id()
-        db, role = _ident(store_id), _ident(f"{store_id}_ro")
+        db, role = ident(store_id), ident(f"{store_id}_ro")
         timeout_ms = int(self.statement_timeout_s * 1000)
         try:
             with self._admin() as admin:
                 for attempt in range(self.CLONE_ATTEMPTS):
                     try:
-                        admin.execute(f"CREATE DATABASE {db} TEMPLATE {_ident(self.source_db)}")
+                        admin.execute(f"CREATE DATABASE {db} TEMPLATE {ident(self.source_db)}")
                         break
                     except psycopg.errors.ObjectInUse:
                         if attempt == self.CLONE_ATTEMPTS - 1:
@@ -67,7 +68,7 @@ class PostgresCloneStore(PostgresStore):
                 admin.execute(f"ALTER ROLE {role} SET statement_timeout = {timeout_ms}")
                 admin.execute(f"ALTER ROLE {role} SET default_transaction_read_only = on")
                 admin.execute(f"GRANT CONNECT ON DATABASE {db} TO {role}")
-            with psycopg.connect(_with_db(self.dsn, store_id), autocommit=True) as conn:
+            with psycopg.connect(with_db(self.dsn, store_id), autocommit=True) as conn:
                 conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
                 conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
                 conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")

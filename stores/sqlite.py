@@ -44,7 +44,7 @@ from stores.logical_cache import LogicalCache
 from stores.once import OnceMap
 from stores.sqlite_build import TemplateCache, quote_ident
 from stores.sqlite_fingerprint import (
-    _INTERNAL_PREFIX,
+    INTERNAL_PREFIX,
     sqlite_logical_fingerprint,
     sqlite_tables_read,
 )
@@ -140,7 +140,7 @@ class SQLiteSession(StoreSession):
         tables: list[str] = self._run(
             "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')",
             (),
-            lambda c: sorted(str(r[0]) for r in c if not _INTERNAL_PREFIX.match(str(r[0]))),
+            lambda c: sorted(str(r[0]) for r in c if not INTERNAL_PREFIX.match(str(r[0]))),
         )
         return tables
 

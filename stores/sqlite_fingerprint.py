@@ -12,7 +12,7 @@ from stores.base import QueryError
 from stores.fingerprint import LogicalHasher
 from stores.sqlite_build import quote_ident
 
-__all__ = ["sqlite_logical_fingerprint", "sqlite_tables_read"]
+__all__ = ["INTERNAL_PREFIX", "sqlite_logical_fingerprint", "sqlite_tables_read"]
 
 
 def sqlite_tables_read(
@@ -36,14 +36,14 @@ def sqlite_tables_read(
     return read
 
 
-_INTERNAL_PREFIX = re.compile(r"sqlite_", re.IGNORECASE)
+INTERNAL_PREFIX = re.compile(r"sqlite_", re.IGNORECASE)
 
 
 def user_tables(conn: sqlite3.Connection, types: tuple[str, ...]) -> list[str]:
     """The user's tables (or views) of the given types, by name, without SQLite's own."""
     marks = ", ".join("?" for _ in types)
     rows = conn.execute(f"SELECT name FROM sqlite_schema WHERE type IN ({marks})", types)
-    return sorted(str(r[0]) for r in rows if not _INTERNAL_PREFIX.match(str(r[0])))
+    return sorted(str(r[0]) for r in rows if not INTERNAL_PREFIX.match(str(r[0])))
 
 
 def _canonical_rows(conn: sqlite3.Connection, table: str, columns: list[str]) -> Iterator[Any]:

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_backintel.collect.loading import find_scenarios
+from pytest_backintel.collect.manifests import DEFAULT_MANIFESTS, _read, bound
 from pytest_backintel.contract import AnalystAnswer, Evidence, MetricValue, Refusal
-from pytest_backintel.dialects import translate
-from pytest_backintel.evidence import EVIDENCE_MAX_ROWS, jsonable, values_from_result
-from pytest_backintel.hand_score import HandScorer
-from pytest_backintel.loading import find_scenarios
-from pytest_backintel.manifests import DEFAULT_MANIFESTS, _read, bound
-from pytest_backintel.refusals import countable_synonyms
+from pytest_backintel.evidence.dialects import translate
+from pytest_backintel.evidence.values import EVIDENCE_MAX_ROWS, jsonable, values_from_result
+from pytest_backintel.run.hand_score import HandScorer
 from pytest_backintel.scenario import MetricKind, MetricSpec, Scenario
+from pytest_backintel.scoring.refusals import countable_synonyms
 from stores.base import ProvisionedStore
 
 __all__ = ["Case", "Mutant", "all_cases", "mutants", "reference_answer"]

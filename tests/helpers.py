@@ -11,7 +11,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo
 
 from analyst.agent import OUTPUT_TOOL_NAMES
-from pytest_backintel.loading import DEFINITIONS_DIR
+from pytest_backintel.collect.loading import DEFINITIONS_DIR
 from stores.base import DatasetFiles, ProvisionedStore
 from stores.sqlite import SQLiteStore
 

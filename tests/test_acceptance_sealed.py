@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from pytest_backintel.cli import main
+from pytest_backintel.cli.commands import main
+from pytest_backintel.collect.sealed import SealedSuiteError
 from pytest_backintel.scenario import Scenario, Split
-from pytest_backintel.sealed import SealedSuiteError
 from scenarios.acceptance import builder as builder_module
 from scenarios.acceptance.manifest import Manifest, load_manifest
 from scenarios.acceptance.model import Case, Variant
@@ -230,3 +230,40 @@ def test_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     exec(compile(block, "docs/acceptance.md", "exec"), namespace)
     assert namespace["manifest"].to_json() == load_manifest("development").to_json()
     assert len(list((tmp_path / "data" / "acceptance" / "development").glob("*.sqlite"))) == 17
+
+
+def test_the_committed_commitment_is_the_evaluators_published_one() -> None:
+    """Issue 29: the repository carries the evaluator's commitment, byte for byte where the
+    published copy is beside the checkout, and never the secret."""
+    data = json.loads(COMMITMENT_PATH.read_text())
+    assert data["sealed"]["secret_id"] == "710abe1e8f2770a4"
+    assert data["sealed"]["rotation"] == 1
+    assert len(data["cases"]) == 17
+    published = REPO_ROOT.parent / "shared" / "evaluator" / "reserved.commitment.json"
+    if published.is_file():
+        assert COMMITMENT_PATH.read_bytes() == published.read_bytes()
+
+
+def test_a_generator_change_is_refused_then_reissued_for_the_same_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/acceptance.md: a deliberate generator change makes frozen runs refuse naming the
+    cases; `backintel reserve commit` with the same secret re-issues the commitment, keeping
+    the secret id and the rotation."""
+    monkeypatch.setenv("BACKINTEL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv(SECRET_ENV, TEST_SECRET.decode())
+    commitment = tmp_path / "reserved.commitment.json"
+    issue(TEST_SECRET, tmp_path / "scratch", commitment)
+    before = json.loads(commitment.read_text())
+    changed = json.loads(commitment.read_text())  # as if the generator now made another case
+    changed["cases"][0]["commitment"] = "0" * 64
+    commitment.write_text(json.dumps(changed))
+    verify = ["reserve", "verify", "--commitment", str(commitment)]
+    assert main(verify) == 1
+    assert changed["cases"][0]["id"] in capsys.readouterr().err
+    assert main(["reserve", "commit", "--commitment", str(commitment)]) == 0
+    after = json.loads(commitment.read_text())
+    assert after == before
+    assert after["sealed"]["secret_id"] == before["sealed"]["secret_id"]
+    assert main(verify) == 0
+    assert "17 cases match their commitments" in capsys.readouterr().out

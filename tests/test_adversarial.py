@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from adversarial import all_cases, mutants
 
-from pytest_backintel.cli import main
-from pytest_backintel.hand_score import HandScorer
+from pytest_backintel.cli.commands import main
+from pytest_backintel.run.hand_score import HandScorer
 from scenarios.worlds import data_dir
 
 CASES = all_cases()
@@ -66,7 +66,7 @@ def test_every_case_passes_its_reference_and_rejects_every_mutant(
 
 def test_a_refusal_repeating_the_question_fails_every_unanswerable_case() -> None:
     from pytest_backintel.contract import Refusal
-    from pytest_backintel.scoring import score_answer
+    from pytest_backintel.scoring.score import score_answer
 
     unanswerable = [c.scenario for c in CASES.values() if not c.scenario.answerable]
     assert len(unanswerable) == 22  # 17 scenario files and 4 + 1 manifest cases (reserved: sealed)
@@ -106,7 +106,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 def _bench(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str
 ) -> tuple[pytest.RunResult, dict[str, str]]:
-    from pytest_backintel.loading import DEFINITIONS_DIR
+    from pytest_backintel.collect.loading import DEFINITIONS_DIR
 
     monkeypatch.setenv("PYTHONPATH", str(TESTS_DIR))
     results = pytester.path / "results"
@@ -196,7 +196,7 @@ def test_mutants_fail_as_real_items(
     monkeypatch.setenv(ANSWERS_ENV, str(path))
     monkeypatch.setenv("BACKINTEL_TPCH_SF", "0.01")
     select = " or ".join(answers)
-    from pytest_backintel.loading import DEFINITIONS_DIR
+    from pytest_backintel.collect.loading import DEFINITIONS_DIR
 
     manifest = DEFINITIONS_DIR.parent / "acceptance" / "acceptance-v1" / "development.json"
     run, records = _bench(
@@ -301,7 +301,7 @@ def test_refusals_name_what_is_missing_and_state_no_value(
     missing: list[str], explanation: str, outcome: str
 ) -> None:
     from pytest_backintel.contract import Refusal
-    from pytest_backintel.scoring import score_answer
+    from pytest_backintel.scoring.score import score_answer
 
     scenario = CASES["acc-dev-missing-ledger"].scenario
     refusal = Refusal(missing=missing, explanation=explanation)

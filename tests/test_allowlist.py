@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_backintel.allowlist import (
+from pytest_backintel.cli.commands import main
+from pytest_backintel.freeze.allowlist import (
     ALLOWLIST_FILE,
     AllowlistError,
     check_worker_diff,
     glob_match,
     load_allowlist,
 )
-from pytest_backintel.cli import main
 from scenarios.worlds import REPO_ROOT
 
 
@@ -112,7 +112,7 @@ def test_a_candidate_editing_only_the_prompt_passes(repo: Path) -> None:
     [
         "scenarios/definitions/l1.scenario.yaml",
         "scenarios/acceptance/acceptance-v1/reserved.commitment.json",
-        "pytest_backintel/scoring.py",
+        "pytest_backintel/scoring/score.py",
         ALLOWLIST_FILE,
     ],
 )

@@ -19,10 +19,10 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from analyst.agent import ModelAnalyst
 from pytest_backintel.analyst_api import AnalystLimits, AnalystTask, BudgetExceeded, Usage
-from pytest_backintel.budget import RunBudget, RunLimits, trial_cost_usd
-from pytest_backintel.loading import DEFINITIONS_DIR
-from pytest_backintel.options import positive_usd
-from reports.prices import load_prices
+from pytest_backintel.collect.loading import DEFINITIONS_DIR
+from pytest_backintel.options import RunLimits, positive_usd
+from pytest_backintel.records.prices import load_prices
+from pytest_backintel.run.budget import RunBudget, trial_cost_usd
 from stores.base import ProvisionedStore
 
 PRICED = "openai:gpt-4o"

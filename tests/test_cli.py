@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_backintel.cli import main
+from pytest_backintel.cli.commands import main
 
 DELIVERED_SQL = (
     "SELECT SUM(CASE WHEN order_status = 'delivered' THEN 1 ELSE 0 END) "

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_backintel.loading import DEFINITIONS_DIR, find_scenarios
-from pytest_backintel.pipeline import TrialPipeline
+from pytest_backintel.collect.loading import DEFINITIONS_DIR, find_scenarios
+from pytest_backintel.run.pipeline import TrialPipeline
 from pytest_backintel.testing.model_server import ModelServer, Step
 
 ROOT = Path(__file__).resolve().parents[1]

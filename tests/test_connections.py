@@ -10,7 +10,7 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from analyst.connections import ConnectionLimitedModel
-from pytest_backintel.pipeline import AUTO_CONCURRENCY, trials_in_flight
+from pytest_backintel.run.pipeline import AUTO_CONCURRENCY, trials_in_flight
 
 
 def _counting_model() -> tuple[FunctionModel, list[int]]:

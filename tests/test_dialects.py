@@ -7,7 +7,7 @@ import duckdb
 import psycopg
 import pytest
 
-from pytest_backintel.dialects import translate
+from pytest_backintel.evidence.dialects import translate
 
 ROWS = "SELECT '2018-03-01 10:00:00' AS a, '2018-03-04 16:30:00' AS b, 2.345 AS x"
 QUERIES = {

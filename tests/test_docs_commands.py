@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_backintel.cli import build_parser
+from pytest_backintel.cli.commands import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

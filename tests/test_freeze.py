@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_backintel.allowlist import ALLOWLIST_FILE
-from pytest_backintel.loading import DEFINITIONS_DIR
+from pytest_backintel.collect.loading import DEFINITIONS_DIR
+from pytest_backintel.freeze.allowlist import ALLOWLIST_FILE
 from scenarios.acceptance.manifest import load_manifest
 from scenarios.acceptance.sealing import SECRET_ENV, SECRET_FILE_ENV, draw_secret, issue
 from scenarios.worlds import REPO_ROOT
@@ -204,8 +204,8 @@ def test_a_frozen_run_needs_a_clean_tree(pytester: pytest.Pytester, candidate: P
 def test_a_run_refused_before_locking_its_plan_does_not_count_as_a_frozen_run(
     tmp_path: Path,
 ) -> None:
-    from pytest_backintel.allowlist import last_frozen_sha
-    from pytest_backintel.freeze import FreezeError, register_run
+    from pytest_backintel.freeze.allowlist import last_frozen_sha
+    from pytest_backintel.freeze.lock import FreezeError, register_run
 
     candidate = {"git_sha": "a" * 40}
     register_run(tmp_path, "refused", candidate, None)

@@ -1,5 +1,5 @@
 """The heap of a benchmark process is frozen after collection and again at its end
-(`pytest_backintel.heap`); a session without benchmark items, or nested in another, is left
+(`pytest_backintel.run.heap`); a session without benchmark items, or nested in another, is left
 alone."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_own_data import backintel, project
 
-from pytest_backintel import heap
+from pytest_backintel.run import heap
 
 CONFTEST = """
 import gc, json, os

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_backintel.cleanup import clean_stale
-from pytest_backintel.cli import main
+from pytest_backintel.cli.commands import main
+from pytest_backintel.run.cleanup import clean_stale
 from pytest_backintel.sandbox._process import PidsCgroup
 from stores.owner import OWNER_FILE, Owner, mark_folder
 from stores.postgres import DEFAULT_DSN

@@ -21,7 +21,7 @@ from analyst.agent import OUTPUT_TOOL_NAMES, ModelAnalyst
 from analyst.tools import TOOL_RESULT_BYTES
 from pytest_backintel.analyst_api import AnalystLimits, AnalystTask
 from pytest_backintel.contract import AnalystAnswer
-from pytest_backintel.evidence import reexecute
+from pytest_backintel.evidence.reexecute import reexecute
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, ProvisionedStore, QueryRefused, Store
 from stores.registry import load_store_class

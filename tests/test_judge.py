@@ -18,7 +18,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pytest_backintel.contract import AnalystAnswer, Evidence, MetricValue, Refusal
-from pytest_backintel.judge import (
+from pytest_backintel.scoring.judge import (
     CRITERIA,
     JudgeError,
     JudgeFamilyError,

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pytest_backintel.loading import DEFINITIONS_DIR
+from pytest_backintel.collect.loading import DEFINITIONS_DIR
 
 
 def test_judge_scores_are_recorded_uncalibrated_and_leave_outcomes_alone(

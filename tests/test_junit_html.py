@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
-from pytest_backintel.html_report import item_extras, junit_properties
-from pytest_backintel.loading import DEFINITIONS_DIR
+from pytest_backintel.collect.loading import DEFINITIONS_DIR
+from pytest_backintel.records.html_report import item_extras, junit_properties
 
 FEW = [
     DEFINITIONS_DIR / "level1" / "l1-item-grain.scenario.yaml",

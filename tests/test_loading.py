@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 import yaml
 
-from pytest_backintel.loading import (
+from pytest_backintel.collect.loading import (
     DEFINITIONS_DIR,
     SCHEMA_PATH,
     ScenarioFileError,

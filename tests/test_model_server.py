@@ -210,8 +210,8 @@ def test_the_built_in_analyst_puts_the_tasks_own_rules_in_front_of_the_model(
     """A real item (`--model openai:… --model-base-url`): the harness builds the task, and the
     request the server receives holds `task.rules` (the text a custom analyst gets) in the
     user turn; the system prompt has no copy of the comparison rules that could drift."""
-    from pytest_backintel.loading import find_scenarios
-    from pytest_backintel.rules import answer_rules
+    from pytest_backintel.collect.loading import find_scenarios
+    from pytest_backintel.scoring.rules import answer_rules
 
     path, scenario = find_scenarios()["l1-delivered-orders"]
     model_server.script("`delivered_orders`", [Step.prose("no idea")] * 8)

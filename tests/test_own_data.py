@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from test_own_data_tutorial import ANSWERABLE, UNANSWERABLE, outcomes, tutorial
 
-from pytest_backintel.cli import main
-from pytest_backintel.loading import load_scenario_file
-from pytest_backintel.user_data import user_source
+from pytest_backintel.cli.commands import main
+from pytest_backintel.collect.loading import load_scenario_file
+from pytest_backintel.collect.user_data import user_source
 
 BIN = Path(sys.executable).parent
 ADMIN_DSN = os.environ.get("BACKINTEL_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -227,7 +227,7 @@ def test_the_tutorial_on_a_folder_or_file_of_your_own(tmp_path: Path, kind: str)
     from stores.base import DatasetFiles
 
     files: DatasetFiles = source.ensure_built(tmp_path)
-    from pytest_backintel.user_data import NATIVE
+    from pytest_backintel.collect.user_data import NATIVE
 
     store = source.make_store(NATIVE[kind], tmp_path / "w")
     store.setup_session()

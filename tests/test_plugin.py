@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pytest_backintel.loading import DEFINITIONS_DIR, find_scenarios
+from pytest_backintel.collect.loading import DEFINITIONS_DIR, find_scenarios
 
 # Level 7 (TPC-H at scale factor 1) runs in CI's main job; here it would only cost minutes.
 SELECTION = "development and not level7"

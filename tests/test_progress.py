@@ -19,8 +19,8 @@ import pytest
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
 
-from pytest_backintel.live import LiveTrials, Running, status_line
-from pytest_backintel.loading import load_scenario_file
+from pytest_backintel.collect.loading import load_scenario_file
+from pytest_backintel.records.live import LiveTrials, Running, status_line
 from pytest_backintel.testing.model_server import ModelServer, Step
 
 FEW = helpers.FEW

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_backintel.loading import find_scenarios
+from pytest_backintel.collect.loading import find_scenarios
 from pytest_backintel.testing.model_server import Failure, ModelServer, Step
 from reports.compare import compare_runs
 from reports.load import load_run

@@ -334,7 +334,7 @@ def test_world_olist_maps_to_the_real_release_on_request(
 def test_scenarios_run_on_the_loaded_release_with_references_computed_after_answering(
     pytester: pytest.Pytester, loaded: Path, pins: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_backintel.loading import DEFINITIONS_DIR
+    from pytest_backintel.collect.loading import DEFINITIONS_DIR
 
     data_dir = loaded
     while not (data_dir / "worlds").is_dir():

@@ -21,16 +21,16 @@ from pydantic_ai.models.function import FunctionModel
 from analyst.agent import ModelAnalyst
 from analyst.replay import ReplayAnalyst, ReplayError
 from pytest_backintel.analyst_api import AnalystConfig, AnalystLimits, AnalystTask
-from pytest_backintel.analysts import AnalystLoadError, load_analyst
-from pytest_backintel.cassettes import (
+from pytest_backintel.contract import AnalystAnswer
+from pytest_backintel.options import analyst_spec
+from pytest_backintel.records.cassettes import (
     CassetteError,
     case_key,
     cassette_path,
     find_cassette_dir,
     write_cassette,
 )
-from pytest_backintel.contract import AnalystAnswer
-from pytest_backintel.options import analyst_spec
+from pytest_backintel.run.analysts import AnalystLoadError, load_analyst
 from stores.base import ProvisionedStore
 
 

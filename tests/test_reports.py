@@ -13,9 +13,9 @@ from openpyxl import load_workbook
 from syrupy.assertion import SnapshotAssertion
 
 from pytest_backintel.outcomes import Outcome
+from pytest_backintel.records.prices import PriceTableError, load_prices, parse_prices
 from reports import CALIBRATION_BANNER, REPLAY_BANNER, RunFolderError, build_report, load_run
 from reports.cli import main
-from reports.prices import PriceTableError, load_prices, parse_prices
 from reports.summary import summarize
 from reports.testing import header, record, write_run
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_backintel.loading import find_scenarios
+from pytest_backintel.collect.loading import find_scenarios
 from pytest_backintel.testing.model_server import ModelServer, Step
 from reports.compare import compare_runs, render_comparison
 from reports.load import load_run

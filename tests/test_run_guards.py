@@ -13,8 +13,8 @@ from typing import Any
 import helpers
 import pytest
 
-from pytest_backintel.loading import load_scenario_file
-from pytest_backintel.records import NO_USAGE_TRIAL
+from pytest_backintel.collect.loading import load_scenario_file
+from pytest_backintel.records.writer import NO_USAGE_TRIAL
 from pytest_backintel.testing.model_server import Failure, ModelServer, Step, unused_url
 
 FEW = helpers.FEW

@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_backintel.contract import AnalystAnswer, Evidence, MetricValue, Refusal
-from pytest_backintel.evidence import EvidenceResult
+from pytest_backintel.evidence.reexecute import EvidenceResult
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.scoring import names_concept, score_answer
+from pytest_backintel.scoring.score import names_concept, score_answer
 
 ANSWERABLE = Scenario.model_validate(
     {

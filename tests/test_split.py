@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from pytest_backintel.dialects import translate
+from pytest_backintel.evidence.dialects import translate
 from pytest_backintel.tolerance import compare_metric
-from scenarios.references import load_scenarios, references_path
-from scenarios.split import PARTS, SPLIT_STORE, attach_parts, build_split
+from scenarios.references import attach_parts, load_scenarios, references_path
+from scenarios.split import PARTS, SPLIT_STORE, build_split
 from scenarios.split_oracles import ORACLES
 from scenarios.worlds import content_hash, get_world
 from stores.base import DatasetFiles

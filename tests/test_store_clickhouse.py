@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pytest_backintel.collect.loading import DEFINITIONS_DIR, load_scenario_file
 from pytest_backintel.contract import AnalystAnswer
-from pytest_backintel.evidence import reexecute
-from pytest_backintel.loading import DEFINITIONS_DIR, load_scenario_file
+from pytest_backintel.evidence.reexecute import reexecute
 from stores.base import DatasetFiles, QueryError, QueryRefused, StoreError
 from stores.clickhouse import ClickHouseStore, ProvisionedClickHouse, clickhouse_type
 from stores.clickhouse_policy import writes_in

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 from test_store_clickhouse import HOSTILE
 
+from pytest_backintel.collect.loading import DEFINITIONS_DIR, load_scenario_file
 from pytest_backintel.contract import AnalystAnswer
-from pytest_backintel.evidence import reexecute
-from pytest_backintel.loading import DEFINITIONS_DIR, load_scenario_file
+from pytest_backintel.evidence.reexecute import reexecute
 from stores.base import DatasetFiles, QueryRefused, StoreError
 from stores.clickhouse_http import ClickHouseHTTPError
 from stores.clickhouse_server import ClickHouseServerStore, ProvisionedServer
@@ -216,7 +216,7 @@ def test_literal_evidence_is_unsupported_on_the_server(
     item provisioned on the server: each gets the outcome it must, the reference passes."""
     from adversarial import all_cases, mutants
 
-    from pytest_backintel.hand_score import HandScorer
+    from pytest_backintel.run.hand_score import HandScorer
     from scenarios.worlds import data_dir
 
     case = all_cases()[case_id]

@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from pytest_backintel.dialects import translate
+from pytest_backintel.evidence.dialects import translate
 from pytest_backintel.tolerance import compare_metric
 from scenarios.references import (
     DEFINITIONS_DIR,

@@ -18,7 +18,7 @@ from pydantic_ai.models.function import FunctionModel
 
 from analyst.agent import ModelAnalyst
 from pytest_backintel.analyst_api import AnalystLimits, AnalystTask
-from pytest_backintel.tracing import Tracing, merge_traces
+from pytest_backintel.records.tracing import Tracing, merge_traces
 from stores.base import ProvisionedStore
 
 

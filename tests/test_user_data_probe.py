@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from test_own_data import backintel, project, pytest_run, shop_postgres, write_parquet
 
-from pytest_backintel.loading import load_scenario_file
-from pytest_backintel.perturb_sources import perturb_source, source_form
-from pytest_backintel.user_data import NATIVE, user_source
+from pytest_backintel.collect.loading import load_scenario_file
+from pytest_backintel.collect.user_data import NATIVE, user_source
+from pytest_backintel.evidence.perturb_sources import perturb_source, source_form
 
 __all__ = ["shop_postgres"]  # the fixture, used by name
 

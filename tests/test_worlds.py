@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_backintel.cli import main
-from pytest_backintel.loading import DEFINITIONS_DIR, find_scenarios
-from pytest_backintel.worlds import World, available_worlds, data_dir, get_world
+from pytest_backintel.cli.commands import main
+from pytest_backintel.collect.loading import DEFINITIONS_DIR, find_scenarios
+from pytest_backintel.collect.worlds import World, available_worlds, data_dir, get_world
 
 SHIPPED = {
     "acceptance-v1",

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.records import (
+from pytest_backintel.records.attempts import final_rows, retried
+from pytest_backintel.records.parts import plan_hash, read_shard
+from pytest_backintel.records.writer import (
     now_iso,
     read_json,
     read_json_lines,
@@ -28,9 +30,7 @@ from pytest_backintel.records import (
     write_json,
     write_json_lines,
 )
-from pytest_backintel.run.attempts import final_rows, retried
 from pytest_backintel.run.resume import IDENTITY, read_json_list
-from pytest_backintel.run.shards import plan_hash, read_shard
 
 __all__ = ["MergeRefused", "Merged", "Part", "load_part", "merge_runs", "register"]
 
@@ -155,7 +155,7 @@ class Merged:
 
 
 def _merged_header(out: Path, parts: list[Part], records: list[dict[str, Any]]) -> dict[str, Any]:
-    from pytest_backintel.run_folder import records_summary
+    from pytest_backintel.records.run_folder import records_summary
 
     base = {k: v for k, v in parts[0].header.items() if k not in PART_FIELDS}
     return (

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from pytest_backintel.records import now_iso, read_json, read_json_lines, read_records
-from pytest_backintel.run.attempts import BLOCKED_OUTCOMES, attempt_fields, final_rows, retried
-from pytest_backintel.run.shards import read_shard
+from pytest_backintel.records.attempts import BLOCKED_OUTCOMES, attempt_fields, final_rows
+from pytest_backintel.records.parts import read_shard
+from pytest_backintel.records.writer import now_iso, read_json, read_json_lines, read_records
 
-__all__ = ["IDENTITY", "Resumption", "record_resumption"]
+__all__ = ["IDENTITY", "Resumption", "read_json_list"]
 
 IDENTITY: tuple[tuple[str, ...], ...] = (
     ("analyst", "spec"),
@@ -208,16 +208,3 @@ def read_json_list(path: Path) -> list[Any]:
     except (OSError, ValueError):
         return []
     return value if isinstance(value, list) else []
-
-
-def record_resumption(
-    header: dict[str, Any], started: dict[str, Any], records: list[dict[str, Any]]
-) -> None:
-    """Move the session's `resumption` entry onto the run's `resumed` list, with what it
-    added (records after, trials whose outcome is a retry)."""
-    entry = started.get("resumption")
-    header.pop("resumption", None)
-    if not entry:
-        return
-    done = entry | {"records_after": len(records), "retried_after": retried(records)}
-    header["resumed"] = [*(header.get("resumed") or []), done]

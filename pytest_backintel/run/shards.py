@@ -22,31 +22,16 @@ from typing import Any
 
 import pytest
 
-from pytest_backintel.records import read_json, read_json_lines, read_records, write_json
-from pytest_backintel.run.attempts import final_rows
+from pytest_backintel.records.attempts import final_rows
+from pytest_backintel.records.parts import SHARD_FILE, plan_hash
+from pytest_backintel.records.writer import read_json_lines, read_records, write_json
 
-__all__ = [
-    "SHARD_FILE",
-    "assign",
-    "plan_hash",
-    "read_shard",
-    "recorded_durations",
-    "select_shard",
-    "stable_key",
-]
-
-SHARD_FILE = "shard.json"
-"""Written under `parts/` by every process of a shard (the same content)."""
+__all__ = ["assign", "recorded_durations", "select_shard", "stable_key"]
 
 
 def stable_key(nodeid: str) -> str:
     """The sha256 of the item id: the same on every machine and Python version."""
     return hashlib.sha256(nodeid.encode()).hexdigest()
-
-
-def plan_hash(nodeids: list[str]) -> str:
-    """sha256 over the sorted item ids of a whole plan."""
-    return hashlib.sha256("\n".join(sorted(nodeids)).encode()).hexdigest()
 
 
 def assign(
@@ -117,11 +102,3 @@ def select_shard(
     if trials and not config.option.collectonly:
         write_json(run_dir / "parts" / SHARD_FILE, info)
     return info
-
-
-def read_shard(run_dir: Path) -> dict[str, Any] | None:
-    """The shard a run folder holds (from `parts/shard.json`, else `run.json`), or None."""
-    found = read_json(run_dir / "parts" / SHARD_FILE) or read_json(run_dir / "run.json").get(
-        "shard"
-    )
-    return found if isinstance(found, dict) and found else None

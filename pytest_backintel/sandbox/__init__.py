@@ -4,6 +4,7 @@ Backends (`bwrap`, `docker`, `subprocess`) are chosen by name through `load_prov
 `SandboxProvider` set up once per session that opens one `Sandbox` per item. See docs/sandbox.md.
 """
 
+from pytest_backintel.sandbox._process import PidsCgroup
 from pytest_backintel.sandbox.base import (
     STORE_DIR,
     WORKSPACE,
@@ -22,6 +23,7 @@ __all__ = [
     "ExecResult",
     "LimitHit",
     "Limits",
+    "PidsCgroup",
     "Sandbox",
     "SandboxError",
     "SandboxPathError",

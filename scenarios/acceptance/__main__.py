@@ -12,7 +12,7 @@ from __future__ import annotations
 from scenarios.acceptance.builder import AcceptanceSettings, build_acceptance
 from scenarios.acceptance.manifest import manifest_path
 from scenarios.acceptance.regression import REGRESSION_PATH, build_regression, to_json
-from scenarios.worlds import data_dir
+from scenarios.world_base import data_dir
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ __all__ = ["register"]
 
 def _verify(args: argparse.Namespace) -> int:
     from scenarios.acceptance.sealing import unseal
-    from scenarios.worlds import data_dir
+    from scenarios.world_base import data_dir
 
     path, record = unseal(Path(args.commitment), data_dir())
     print(
@@ -54,7 +54,7 @@ def _commit(args: argparse.Namespace) -> int:
 
 def _rotate(args: argparse.Namespace) -> int:
     from scenarios.acceptance.rotation import rotate
-    from scenarios.worlds import data_dir
+    from scenarios.world_base import data_dir
 
     commitment = Path(args.commitment)
     retired = commitment.parent / "retired.json"
@@ -70,7 +70,7 @@ def _rotate(args: argparse.Namespace) -> int:
 
 def _guarded(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
-        from pytest_backintel.sealed import SealedSuiteError
+        from pytest_backintel.collect.sealed import SealedSuiteError
 
         try:
             return int(func(args))

@@ -24,7 +24,7 @@ from pytest_backintel.scenario import Scenario
 from scenarios.acceptance.checks import AcceptanceBuildError, cross_check, json_value
 from scenarios.acceptance.model import RefValue
 from scenarios.acceptance.regression_cases import CASES, RegressionCase
-from scenarios.worlds import World, get_world
+from scenarios.world_base import World, get_world
 from stores.fingerprint import file_sha256
 
 __all__ = [

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.sealed import SealedSuiteError
+from pytest_backintel.collect.sealed import SealedSuiteError
 from scenarios.acceptance.manifest import MANIFEST_DIR, SUITE, Manifest, ManifestCase, load_manifest
 from scenarios.acceptance.sealing import (
     COMMITMENT_PATH,

@@ -22,7 +22,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from pytest_backintel.sealed import SealedSuiteError
+from pytest_backintel.collect.sealed import SealedSuiteError
 from scenarios.acceptance.builder import AcceptanceSettings, build_acceptance
 from scenarios.acceptance.manifest import MANIFEST_DIR, SUITE, Manifest, ManifestCase
 from scenarios.acceptance.verify import case_problems

@@ -35,13 +35,14 @@ from scenarios.acceptance.rotation import RETIRED_PATH, retired_manifest
 from scenarios.acceptance.sealing import COMMITMENT_PATH, load_commitment, unseal, unsealed_path
 from scenarios.acceptance.storage import fingerprint
 from scenarios.acceptance.verify import case_problems
-from scenarios.worlds import Oracle, World
+from scenarios.references import ReferencedWorld
+from scenarios.world_base import Oracle
 from stores.base import DatasetFiles
 
 __all__ = ["AcceptanceWorld"]
 
 
-class AcceptanceWorld(World):
+class AcceptanceWorld(ReferencedWorld):
     """World `acceptance-v1`: snapshot `<split>-<case key>` is one case's store."""
 
     name = SUITE

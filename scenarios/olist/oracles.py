@@ -8,61 +8,29 @@ written separately and must agree at build time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from scenarios.worlds import Oracle
+from scenarios.olist.oracle_base import (
+    ORACLES,
+    cents,
+    oracle,
+    parsed_time,
+    purchased_orders,
+    sorted_rows,
+    table,
+)
 
 __all__ = ["ORACLES", "oracle"]
 
-ORACLES: dict[str, Oracle] = {}
-"""Oracle name -> function; the references build looks scenarios' oracles up here."""
-
-FMT = "%Y-%m-%d %H:%M:%S"
-
-
-def oracle(fn: Callable[[Path], dict[str, Any]]) -> Callable[[Path], dict[str, Any]]:
-    """Register `fn` under its own name."""
-    if fn.__name__ in ORACLES:
-        raise ValueError(f"oracle {fn.__name__!r} is registered twice")
-    ORACLES[fn.__name__] = fn
-    return fn
-
-
-def _t(pq: Path, table: str) -> pl.DataFrame:
-    return pl.read_parquet(pq / f"{table}.parquet")
-
-
-def _dt(col: str) -> pl.Expr:
-    return pl.col(col).str.to_datetime(FMT, strict=True)
-
-
-def _orders(pq: Path) -> pl.DataFrame:
-    """Orders with parsed purchase time, purchase year and `YYYY-MM` month."""
-    return (
-        _t(pq, "orders")
-        .with_columns(
-            _dt("order_purchase_timestamp").alias("purchased"),
-        )
-        .with_columns(
-            pl.col("purchased").dt.year().alias("year"),
-            pl.col("purchased").dt.strftime("%Y-%m").alias("month"),
-        )
-    )
-
 
 def _delivered_items(pq: Path) -> pl.DataFrame:
-    delivered = _orders(pq).filter(pl.col("order_status") == "delivered")
-    return _t(pq, "order_items").join(
+    delivered = purchased_orders(pq).filter(pl.col("order_status") == "delivered")
+    return table(pq, "order_items").join(
         delivered.select("order_id", "customer_id", "year"), on="order_id", how="inner"
     )
-
-
-def _rows(df: pl.DataFrame, key: list[str]) -> list[dict[str, Any]]:
-    return df.sort(key, nulls_last=True).to_dicts()
 
 
 def _one(df: pl.DataFrame) -> dict[str, Any]:
@@ -71,38 +39,35 @@ def _one(df: pl.DataFrame) -> dict[str, Any]:
     return df.to_dicts()[0]
 
 
-def _cents(col: str) -> pl.Expr:
-    """Sum of a two-decimal money column, exactly (via whole cents)."""
-    return (pl.col(col) * 100).round(0).cast(pl.Int64).sum() / 100
-
-
 # --- level 1: one table ---------------------------------------------------------------------
 @oracle
 def l1_delivered_orders(pq: Path) -> dict[str, Any]:
-    orders = _t(pq, "orders")
+    orders = table(pq, "orders")
     return {"delivered_orders": orders.filter(pl.col("order_status") == "delivered").height}
 
 
 @oracle
 def l1_canceled_orders_2018(pq: Path) -> dict[str, Any]:
-    o = _orders(pq).filter((pl.col("order_status") == "canceled") & (pl.col("year") == 2018))
+    o = purchased_orders(pq).filter(
+        (pl.col("order_status") == "canceled") & (pl.col("year") == 2018)
+    )
     return {"canceled_orders_2018": o["order_id"].n_unique()}
 
 
 @oracle
 def l1_orders_by_status(pq: Path) -> dict[str, Any]:
-    counts = _t(pq, "orders").group_by("order_status").agg(pl.len().alias("orders"))
-    return {"orders_by_status": _rows(counts, ["order_status"])}
+    counts = table(pq, "orders").group_by("order_status").agg(pl.len().alias("orders"))
+    return {"orders_by_status": sorted_rows(counts, ["order_status"])}
 
 
 @oracle
 def l1_average_review_score(pq: Path) -> dict[str, Any]:
-    return {"average_review_score": _t(pq, "order_reviews")["review_score"].mean()}
+    return {"average_review_score": table(pq, "order_reviews")["review_score"].mean()}
 
 
 @oracle
 def l1_distinct_persons(pq: Path) -> dict[str, Any]:
-    c = _t(pq, "customers")
+    c = table(pq, "customers")
     return {
         "distinct_customer_ids": c["customer_id"].n_unique(),
         "distinct_persons": c["customer_unique_id"].n_unique(),
@@ -112,42 +77,44 @@ def l1_distinct_persons(pq: Path) -> dict[str, Any]:
 @oracle
 def l1_payments_by_type(pq: Path) -> dict[str, Any]:
     p = (
-        _t(pq, "order_payments")
+        table(pq, "order_payments")
         .group_by("payment_type")
-        .agg(pl.len().alias("payment_rows"), _cents("payment_value").alias("total_payment_value"))
+        .agg(pl.len().alias("payment_rows"), cents("payment_value").alias("total_payment_value"))
     )
-    return {"payments_by_type": _rows(p, ["payment_type"])}
+    return {"payments_by_type": sorted_rows(p, ["payment_type"])}
 
 
 @oracle
 def l1_orders_purchased_2017(pq: Path) -> dict[str, Any]:
-    return {"orders_purchased_2017": _orders(pq).filter(pl.col("year") == 2017).height}
+    return {"orders_purchased_2017": purchased_orders(pq).filter(pl.col("year") == 2017).height}
 
 
 # --- level 2: joins and several steps ---------------------------------------------------------
 @oracle
 def l2_category_revenue(pq: Path) -> dict[str, Any]:
-    items = _delivered_items(pq).join(_t(pq, "products"), on="product_id", how="left")
+    items = _delivered_items(pq).join(table(pq, "products"), on="product_id", how="left")
     per = (
         items.filter(pl.col("product_category_name").is_not_null())
         .group_by("product_category_name")
-        .agg(_cents("price").alias("revenue"))
-        .join(_t(pq, "product_category_name_translation"), on="product_category_name", how="left")
+        .agg(cents("price").alias("revenue"))
+        .join(
+            table(pq, "product_category_name_translation"), on="product_category_name", how="left"
+        )
         .select("product_category_name", "product_category_name_english", "revenue")
     )
-    return {"category_revenue": _rows(per, ["product_category_name"])}
+    return {"category_revenue": sorted_rows(per, ["product_category_name"])}
 
 
 @oracle
 def l2_category_revenue_disclosure(pq: Path) -> dict[str, Any]:
-    translated = _t(pq, "product_category_name_translation")["product_category_name"]
-    items = _delivered_items(pq).join(_t(pq, "products"), on="product_id", how="left")
+    translated = table(pq, "product_category_name_translation")["product_category_name"]
+    items = _delivered_items(pq).join(table(pq, "products"), on="product_id", how="left")
     cat = pl.col("product_category_name")
     untranslated = items.filter(cat.is_not_null() & ~cat.is_in(translated.implode()))
     return {
-        "delivered_item_revenue": items.select(_cents("price")).item(),
-        "untranslated_category_revenue": untranslated.select(_cents("price")).item(),
-        "missing_category_revenue": items.filter(cat.is_null()).select(_cents("price")).item(),
+        "delivered_item_revenue": items.select(cents("price")).item(),
+        "untranslated_category_revenue": untranslated.select(cents("price")).item(),
+        "missing_category_revenue": items.filter(cat.is_null()).select(cents("price")).item(),
     }
 
 
@@ -167,32 +134,32 @@ def _repeat(orders: pl.DataFrame, customers: pl.DataFrame) -> dict[str, Any]:
 
 @oracle
 def l2_repeat_purchasing(pq: Path) -> dict[str, Any]:
-    return _repeat(_t(pq, "orders"), _t(pq, "customers"))
+    return _repeat(table(pq, "orders"), table(pq, "customers"))
 
 
 @oracle
 def l2_repeat_purchasing_2017(pq: Path) -> dict[str, Any]:
-    return _repeat(_orders(pq).filter(pl.col("year") == 2017), _t(pq, "customers"))
+    return _repeat(purchased_orders(pq).filter(pl.col("year") == 2017), table(pq, "customers"))
 
 
 @oracle
 def l2_delivery_report_2018_03(pq: Path) -> dict[str, Any]:
     o = (
-        _orders(pq)
+        purchased_orders(pq)
         .filter(
             (pl.col("order_status") == "delivered")
             & (pl.col("month") == "2018-03")
             & pl.col("order_delivered_customer_date").is_not_null()
         )
         .with_columns(
-            _dt("order_delivered_customer_date").alias("delivered"),
-            _dt("order_estimated_delivery_date").alias("estimated"),
+            parsed_time("order_delivered_customer_date").alias("delivered"),
+            parsed_time("order_estimated_delivery_date").alias("estimated"),
         )
         .with_columns(
             ((pl.col("delivered") - pl.col("purchased")).dt.total_seconds() / 86400).alias("days")
         )
     )
-    reviews = _t(pq, "order_reviews").join(o.select("order_id"), on="order_id", how="semi")
+    reviews = table(pq, "order_reviews").join(o.select("order_id"), on="order_id", how="semi")
     return {
         "delivered_orders": o.height,
         "mean_delivery_days": o["days"].mean(),
@@ -204,7 +171,7 @@ def l2_delivery_report_2018_03(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l2_top_seller_revenue(pq: Path) -> dict[str, Any]:
-    per = _delivered_items(pq).group_by("seller_id").agg(_cents("price").alias("revenue"))
+    per = _delivered_items(pq).group_by("seller_id").agg(cents("price").alias("revenue"))
     best = per.filter(pl.col("revenue") == pl.col("revenue").max())
     if best.height != 1:
         raise ValueError(f"top seller is not unique: {best.to_dicts()}")
@@ -214,18 +181,18 @@ def l2_top_seller_revenue(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l2_revenue_by_customer_state(pq: Path) -> dict[str, Any]:
-    items = _delivered_items(pq).join(_t(pq, "customers"), on="customer_id", how="left")
+    items = _delivered_items(pq).join(table(pq, "customers"), on="customer_id", how="left")
     per = items.group_by("customer_state").agg(
-        pl.col("order_id").n_unique().alias("delivered_orders"), _cents("price").alias("revenue")
+        pl.col("order_id").n_unique().alias("delivered_orders"), cents("price").alias("revenue")
     )
-    return {"revenue_by_customer_state": _rows(per, ["customer_state"])}
+    return {"revenue_by_customer_state": sorted_rows(per, ["customer_state"])}
 
 
 @oracle
 def l2_freight_vs_item_revenue_2017(pq: Path) -> dict[str, Any]:
     items = _delivered_items(pq).filter(pl.col("year") == 2017)
-    item_rev = items.select(_cents("price")).item()
-    freight = items.select(_cents("freight_value")).item()
+    item_rev = items.select(cents("price")).item()
+    freight = items.select(cents("freight_value")).item()
     return {
         "item_revenue": item_rev,
         "freight_revenue": freight,
@@ -235,11 +202,13 @@ def l2_freight_vs_item_revenue_2017(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l2_delivered_orders_by_month_2017(pq: Path) -> dict[str, Any]:
-    o = _orders(pq).filter((pl.col("order_status") == "delivered") & (pl.col("year") == 2017))
+    o = purchased_orders(pq).filter(
+        (pl.col("order_status") == "delivered") & (pl.col("year") == 2017)
+    )
     per = o.group_by(pl.col("month").alias("purchase_month")).agg(
         pl.len().alias("delivered_orders")
     )
-    return {"delivered_orders_by_month": _rows(per, ["purchase_month"])}
+    return {"delivered_orders_by_month": sorted_rows(per, ["purchase_month"])}
 
 
 @oracle
@@ -257,7 +226,7 @@ def l2_average_order_value_2018(pq: Path) -> dict[str, Any]:
 # --- level 3: messy data and grain traps -------------------------------------------------------
 @oracle
 def l3_orders_with_several_reviews(pq: Path) -> dict[str, Any]:
-    r = _t(pq, "order_reviews")
+    r = table(pq, "order_reviews")
     per = r.group_by("order_id").agg(pl.len().alias("n"))
     return {
         "review_rows": r.height,
@@ -268,8 +237,8 @@ def l3_orders_with_several_reviews(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l3_delivered_without_review(pq: Path) -> dict[str, Any]:
-    delivered = _t(pq, "orders").filter(pl.col("order_status") == "delivered")
-    missing = delivered.join(_t(pq, "order_reviews"), on="order_id", how="anti").height
+    delivered = table(pq, "orders").filter(pl.col("order_status") == "delivered")
+    missing = delivered.join(table(pq, "order_reviews"), on="order_id", how="anti").height
     return {
         "delivered_orders_without_review": missing,
         "share_without_review": missing / delivered.height,
@@ -278,11 +247,11 @@ def l3_delivered_without_review(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l3_untranslated_category_items(pq: Path) -> dict[str, Any]:
-    translated = _t(pq, "product_category_name_translation")["product_category_name"]
-    products = _t(pq, "products")
+    translated = table(pq, "product_category_name_translation")["product_category_name"]
+    products = table(pq, "products")
     cat = pl.col("product_category_name")
     untranslated_products = products.filter(cat.is_not_null() & ~cat.is_in(translated.implode()))
-    items = _t(pq, "order_items")
+    items = table(pq, "order_items")
     missing_products = products.filter(cat.is_null())
     return {
         "untranslated_category_items": items.join(
@@ -295,7 +264,7 @@ def l3_untranslated_category_items(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l3_delivered_missing_timestamp(pq: Path) -> dict[str, Any]:
-    o = _t(pq, "orders")
+    o = table(pq, "orders")
     ts = pl.col("order_delivered_customer_date")
     delivered = pl.col("order_status") == "delivered"
     return {
@@ -306,7 +275,7 @@ def l3_delivered_missing_timestamp(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l3_shared_review_ids(pq: Path) -> dict[str, Any]:
-    r = _t(pq, "order_reviews")
+    r = table(pq, "order_reviews")
     per_id = r.group_by("review_id").agg(pl.col("order_id").n_unique().alias("orders"))
     return {
         "review_rows": r.height,
@@ -317,12 +286,14 @@ def l3_shared_review_ids(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l3_payment_total_delivered_2018(pq: Path) -> dict[str, Any]:
-    o = _orders(pq).filter((pl.col("order_status") == "delivered") & (pl.col("year") == 2018))
-    payments = _t(pq, "order_payments").join(o.select("order_id"), on="order_id", how="semi")
-    items = _t(pq, "order_items").join(o.select("order_id"), on="order_id", how="semi")
+    o = purchased_orders(pq).filter(
+        (pl.col("order_status") == "delivered") & (pl.col("year") == 2018)
+    )
+    payments = table(pq, "order_payments").join(o.select("order_id"), on="order_id", how="semi")
+    items = table(pq, "order_items").join(o.select("order_id"), on="order_id", how="semi")
     return {
         "delivered_orders": o.height,
-        "total_payment_value": payments.select(_cents("payment_value")).item(),
+        "total_payment_value": payments.select(cents("payment_value")).item(),
         "item_rows": items.height,
     }
 

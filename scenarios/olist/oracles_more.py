@@ -14,7 +14,15 @@ from typing import Any
 
 import polars as pl
 
-from scenarios.olist.oracles import FMT, _cents, _dt, _orders, _rows, _t, oracle
+from scenarios.olist.oracle_base import (
+    FMT,
+    cents,
+    oracle,
+    parsed_time,
+    purchased_orders,
+    sorted_rows,
+    table,
+)
 
 __all__ = ["delivered_in", "in_window"]
 
@@ -27,11 +35,13 @@ def in_window(start: str, end: str) -> pl.Expr:
 
 def delivered_in(pq: Path, start: str, end: str) -> pl.DataFrame:
     """Delivered orders purchased in [start, end), with parsed purchase time."""
-    return _orders(pq).filter((pl.col("order_status") == "delivered") & in_window(start, end))
+    return purchased_orders(pq).filter(
+        (pl.col("order_status") == "delivered") & in_window(start, end)
+    )
 
 
 def _items_of(pq: Path, orders: pl.DataFrame) -> pl.DataFrame:
-    return _t(pq, "order_items").join(orders.select("order_id"), on="order_id", how="semi")
+    return table(pq, "order_items").join(orders.select("order_id"), on="order_id", how="semi")
 
 
 def _per_order(rows: pl.DataFrame) -> tuple[int, int]:
@@ -52,7 +62,7 @@ def _competition_rank(col: str) -> pl.Expr:
 # --- level 1 ----------------------------------------------------------------------------------
 @oracle
 def l1_orders_july_2018(pq: Path) -> dict[str, Any]:
-    o = _orders(pq)
+    o = purchased_orders(pq)
     july = o.filter(in_window("2018-07-01", "2018-08-01"))
     last_day = july.filter(pl.col("purchased").dt.date() == datetime(2018, 7, 31).date())
     return {
@@ -63,7 +73,7 @@ def l1_orders_july_2018(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l1_item_grain(pq: Path) -> dict[str, Any]:
-    items = _t(pq, "order_items")
+    items = table(pq, "order_items")
     orders, several = _per_order(items)
     return {
         "item_rows": items.height,
@@ -75,7 +85,7 @@ def l1_item_grain(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l1_several_payments(pq: Path) -> dict[str, Any]:
-    p = _t(pq, "order_payments")
+    p = table(pq, "order_payments")
     orders, several = _per_order(p)
     return {
         "payment_rows": p.height,
@@ -88,17 +98,17 @@ def l1_several_payments(pq: Path) -> dict[str, Any]:
 @oracle
 def l1_persons_by_state_rank(pq: Path) -> dict[str, Any]:
     per = (
-        _t(pq, "customers")
+        table(pq, "customers")
         .group_by("customer_state")
         .agg(pl.col("customer_unique_id").n_unique().alias("persons"))
         .with_columns(_competition_rank("persons").alias("state_rank"))
     )
-    return {"persons_by_state_rank": _rows(per, ["customer_state"])}
+    return {"persons_by_state_rank": sorted_rows(per, ["customer_state"])}
 
 
 @oracle
 def l1_products_missing_attributes(pq: Path) -> dict[str, Any]:
-    p = _t(pq, "products")
+    p = table(pq, "products")
     return {
         "products": p.height,
         "products_without_category": p["product_category_name"].null_count(),
@@ -108,7 +118,7 @@ def l1_products_missing_attributes(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l1_purchase_span(pq: Path) -> dict[str, Any]:
-    purchased = _orders(pq)["purchased"]
+    purchased = purchased_orders(pq)["purchased"]
     first, last = purchased.min(), purchased.max()
     assert isinstance(first, datetime)
     assert isinstance(last, datetime)
@@ -124,7 +134,7 @@ def l1_purchase_span(pq: Path) -> dict[str, Any]:
 def l2_top_category_2018_05(pq: Path) -> dict[str, Any]:
     items = _items_of(pq, delivered_in(pq, "2018-05-01", "2018-06-01"))
     per = (
-        items.join(_t(pq, "products"), on="product_id", how="inner")
+        items.join(table(pq, "products"), on="product_id", how="inner")
         .filter(pl.col("product_category_name").is_not_null())
         .group_by("product_category_name")
         .len()
@@ -146,13 +156,13 @@ def l2_seller_rank_2018(pq: Path) -> dict[str, Any]:
         .with_columns(_competition_rank("delivered_orders").alias("seller_rank"))
         .filter(pl.col("seller_rank") <= 11)
     )
-    return {"top_sellers_2018": _rows(per, ["seller_id"])}
+    return {"top_sellers_2018": sorted_rows(per, ["seller_id"])}
 
 
 @oracle
 def l2_revenue_by_month_2018_q1(pq: Path) -> dict[str, Any]:
     orders = delivered_in(pq, "2018-01-01", "2018-04-01")
-    revenue = _items_of(pq, orders).group_by("order_id").agg(_cents("price").alias("rev"))
+    revenue = _items_of(pq, orders).group_by("order_id").agg(cents("price").alias("rev"))
     per = (
         orders.join(revenue, on="order_id", how="left")
         .group_by(pl.col("month").alias("purchase_month"))
@@ -161,14 +171,14 @@ def l2_revenue_by_month_2018_q1(pq: Path) -> dict[str, Any]:
             ((pl.col("rev").fill_null(0.0) * 100).round(0).sum() / 100).alias("item_revenue"),
         )
     )
-    return {"delivered_revenue_by_month": _rows(per, ["purchase_month"])}
+    return {"delivered_revenue_by_month": sorted_rows(per, ["purchase_month"])}
 
 
 @oracle
 def l2_freight_heavy_orders_2018(pq: Path) -> dict[str, Any]:
     items = _items_of(pq, delivered_in(pq, "2018-01-01", "2019-01-01"))
     per = items.group_by("order_id").agg(
-        _cents("price").alias("price"), _cents("freight_value").alias("freight")
+        cents("price").alias("price"), cents("freight_value").alias("freight")
     )
     heavy = per.filter((pl.col("freight") * 100).round(0) > (pl.col("price") * 100).round(0))
     return {
@@ -183,16 +193,16 @@ def l2_category_grain_2018(pq: Path) -> dict[str, Any]:
     orders = delivered_in(pq, "2018-01-01", "2019-01-01")
     items = (
         _items_of(pq, orders)
-        .join(_t(pq, "products"), on="product_id", how="inner")
+        .join(table(pq, "products"), on="product_id", how="inner")
         .filter(pl.col("product_category_name") == "beleza_saude")
         .join(orders.select("order_id", "customer_id"), on="order_id", how="inner")
-        .join(_t(pq, "customers"), on="customer_id", how="inner")
+        .join(table(pq, "customers"), on="customer_id", how="inner")
     )
     return {
         "item_rows": items.height,
         "orders": items["order_id"].n_unique(),
         "persons": items["customer_unique_id"].n_unique(),
-        "item_revenue": items.select(_cents("price")).item(),
+        "item_revenue": items.select(cents("price")).item(),
     }
 
 
@@ -202,12 +212,13 @@ def l2_review_by_lateness_2017(pq: Path) -> dict[str, Any]:
         delivered_in(pq, "2017-01-01", "2018-01-01")
         .filter(_HAS_DELIVERY)
         .with_columns(
-            (_dt("order_delivered_customer_date") > _dt("order_estimated_delivery_date")).alias(
-                "late"
-            )
+            (
+                parsed_time("order_delivered_customer_date")
+                > parsed_time("order_estimated_delivery_date")
+            ).alias("late")
         )
     )
-    reviews = _t(pq, "order_reviews").join(cohort.select("order_id", "late"), on="order_id")
+    reviews = table(pq, "order_reviews").join(cohort.select("order_id", "late"), on="order_id")
     late = pl.col("late")
     return {
         "late_orders": cohort.filter(late).height,
@@ -220,7 +231,7 @@ def l2_review_by_lateness_2017(pq: Path) -> dict[str, Any]:
 # --- level 3 ----------------------------------------------------------------------------------
 @oracle
 def l3_latest_review_per_order(pq: Path) -> dict[str, Any]:
-    r = _t(pq, "order_reviews")
+    r = table(pq, "order_reviews")
     latest = r.sort(
         ["order_id", "review_creation_date", "review_answer_timestamp", "review_id"],
         descending=[False, True, True, True],
@@ -239,8 +250,8 @@ def l3_late_by_calendar_day_2018(pq: Path) -> dict[str, Any]:
         delivered_in(pq, "2018-01-01", "2019-01-01")
         .filter(_HAS_DELIVERY)
         .with_columns(
-            _dt("order_delivered_customer_date").alias("delivered"),
-            _dt("order_estimated_delivery_date").alias("estimated"),
+            parsed_time("order_delivered_customer_date").alias("delivered"),
+            parsed_time("order_estimated_delivery_date").alias("estimated"),
         )
     )
     by_day = pl.col("delivered").dt.date() > pl.col("estimated").dt.date()
@@ -256,7 +267,8 @@ def l3_delivery_days_2017_coverage(pq: Path) -> dict[str, Any]:
     o = delivered_in(pq, "2017-01-01", "2018-01-01")
     timed = o.filter(_HAS_DELIVERY).with_columns(
         (
-            (_dt("order_delivered_customer_date") - pl.col("purchased")).dt.total_seconds() / 86400
+            (parsed_time("order_delivered_customer_date") - pl.col("purchased")).dt.total_seconds()
+            / 86400
         ).alias("days")
     )
     return {
@@ -269,10 +281,10 @@ def l3_delivery_days_2017_coverage(pq: Path) -> dict[str, Any]:
 @oracle
 def l3_category_revenue_labelled_2018(pq: Path) -> dict[str, Any]:
     items = _items_of(pq, delivered_in(pq, "2018-01-01", "2019-01-01")).join(
-        _t(pq, "products"), on="product_id", how="inner"
+        table(pq, "products"), on="product_id", how="inner"
     )
     labelled = items.join(
-        _t(pq, "product_category_name_translation"), on="product_category_name", how="left"
+        table(pq, "product_category_name_translation"), on="product_category_name", how="left"
     ).with_columns(
         pl.when(pl.col("product_category_name").is_null())
         .then(pl.lit("unknown"))
@@ -281,5 +293,5 @@ def l3_category_revenue_labelled_2018(pq: Path) -> dict[str, Any]:
         .otherwise(pl.col("product_category_name_english"))
         .alias("category_label")
     )
-    per = labelled.group_by("category_label").agg(_cents("price").alias("item_revenue"))
-    return {"revenue_by_category_label": _rows(per, ["category_label"])}
+    per = labelled.group_by("category_label").agg(cents("price").alias("item_revenue"))
+    return {"revenue_by_category_label": sorted_rows(per, ["category_label"])}

@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from scenarios.olist.oracles import _cents, _dt, _orders, _t, oracle
+from scenarios.olist.oracle_base import cents, oracle, parsed_time, purchased_orders, table
 from scenarios.olist.oracles_more import delivered_in, in_window
 
 __all__: list[str] = []
@@ -26,11 +26,11 @@ def _money(values: pl.Series) -> int:
 def l5_monthly_delivery_report_2018_06(pq: Path) -> dict[str, Any]:
     june = delivered_in(pq, "2018-06-01", "2018-07-01")
     timed = june.filter(pl.col("order_delivered_customer_date").is_not_null()).with_columns(
-        _dt("order_delivered_customer_date").alias("delivered"),
-        _dt("order_estimated_delivery_date").alias("estimated"),
+        parsed_time("order_delivered_customer_date").alias("delivered"),
+        parsed_time("order_estimated_delivery_date").alias("estimated"),
     )
     days = (pl.col("delivered") - pl.col("purchased")).dt.total_seconds() / 86400
-    reviews = _t(pq, "order_reviews").join(timed.select("order_id"), on="order_id", how="semi")
+    reviews = table(pq, "order_reviews").join(timed.select("order_id"), on="order_id", how="semi")
     return {
         "delivered_orders": june.height,
         "delivered_without_timestamp": june.height - timed.height,
@@ -43,7 +43,7 @@ def l5_monthly_delivery_report_2018_06(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l5_quarterly_repeat_report_2018_q1(pq: Path) -> dict[str, Any]:
-    orders = _orders(pq).join(_t(pq, "customers"), on="customer_id", how="inner")
+    orders = purchased_orders(pq).join(table(pq, "customers"), on="customer_id", how="inner")
     quarter = orders.filter(in_window("2018-01-01", "2018-04-01"))
     per = quarter.group_by("customer_unique_id").agg(pl.col("order_id").n_unique().alias("n"))
     earlier = orders.filter(pl.col("purchased") < pl.datetime(2018, 1, 1))
@@ -61,16 +61,16 @@ def l5_quarterly_repeat_report_2018_q1(pq: Path) -> dict[str, Any]:
 @oracle
 def l5_category_revenue_report_2018(pq: Path) -> dict[str, Any]:
     items = (
-        _t(pq, "order_items")
+        table(pq, "order_items")
         .join(delivered_in(pq, "2018-01-01", "2019-01-01"), on="order_id", how="semi")
-        .join(_t(pq, "products"), on="product_id", how="inner")
+        .join(table(pq, "products"), on="product_id", how="inner")
     )
-    translated = _t(pq, "product_category_name_translation")["product_category_name"]
+    translated = table(pq, "product_category_name_translation")["product_category_name"]
     cat = pl.col("product_category_name")
     per = (
         items.filter(cat.is_not_null())
         .group_by("product_category_name")
-        .agg(_cents("price").alias("revenue"))
+        .agg(cents("price").alias("revenue"))
     )
     best = per.filter(pl.col("revenue") == pl.col("revenue").max())
     untranslated = items.filter(cat.is_not_null() & ~cat.is_in(translated.implode()))
@@ -86,11 +86,11 @@ def l5_category_revenue_report_2018(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l5_seller_report_2017(pq: Path) -> dict[str, Any]:
-    items = _t(pq, "order_items").join(
+    items = table(pq, "order_items").join(
         delivered_in(pq, "2017-01-01", "2018-01-01"), on="order_id", how="semi"
     )
     per = items.group_by("seller_id").agg(
-        _cents("price").alias("revenue"), pl.col("order_id").n_unique().alias("orders")
+        cents("price").alias("revenue"), pl.col("order_id").n_unique().alias("orders")
     )
     revenue = _money(items["price"]) / 100
     return {
@@ -104,8 +104,8 @@ def l5_seller_report_2017(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l5_payments_report_2018(pq: Path) -> dict[str, Any]:
-    in_2018 = _orders(pq).filter(in_window("2018-01-01", "2019-01-01"))
-    pay = _t(pq, "order_payments").join(in_2018, on="order_id", how="semi")
+    in_2018 = purchased_orders(pq).filter(in_window("2018-01-01", "2019-01-01"))
+    pay = table(pq, "order_payments").join(in_2018, on="order_id", how="semi")
     card = pay.filter(pl.col("payment_type") == "credit_card")
     total = _money(pay["payment_value"])
     return {
@@ -125,8 +125,8 @@ def l5_payments_report_2018(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l5_satisfaction_report_2017_q4(pq: Path) -> dict[str, Any]:
-    q4 = _orders(pq).filter(in_window("2017-10-01", "2018-01-01"))
-    rv = _t(pq, "order_reviews").join(q4, on="order_id", how="semi")
+    q4 = purchased_orders(pq).filter(in_window("2017-10-01", "2018-01-01"))
+    rv = table(pq, "order_reviews").join(q4, on="order_id", how="semi")
     per = rv.group_by("order_id").len()
     return {
         "review_rows": rv.height,
@@ -140,7 +140,7 @@ def l5_satisfaction_report_2017_q4(pq: Path) -> dict[str, Any]:
 
 @oracle
 def l5_freight_report_2018_h1(pq: Path) -> dict[str, Any]:
-    items = _t(pq, "order_items").join(
+    items = table(pq, "order_items").join(
         delivered_in(pq, "2018-01-01", "2018-07-01"), on="order_id", how="semi"
     )
     price, freight = _money(items["price"]), _money(items["freight_value"])

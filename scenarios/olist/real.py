@@ -25,7 +25,8 @@ import polars as pl
 
 from scenarios.olist.schema import SCHEMAS
 from scenarios.olist.world import OlistWorld
-from scenarios.worlds import Oracle, World
+from scenarios.references import ReferencedWorld
+from scenarios.world_base import Oracle
 from stores.base import DatasetFiles
 
 __all__ = [
@@ -255,7 +256,7 @@ def read_release(src_dir: Path) -> dict[str, pl.DataFrame]:
     return tables
 
 
-class OlistRealWorld(World):
+class OlistRealWorld(ReferencedWorld):
     """The real Olist release, loaded by `load_real_olist` into the synthetic world's layout."""
 
     name = "olist-real"

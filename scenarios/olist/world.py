@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from scenarios.olist.config import OlistConfig
-from scenarios.worlds import Oracle, World
+from scenarios.references import ReferencedWorld
+from scenarios.world_base import Oracle
 
 if TYPE_CHECKING:  # the generator (numpy, polars) is imported to build the data, not to look it up
     import polars as pl
@@ -27,7 +28,7 @@ GENERATOR_MODULES = (
 """The modules whose source determines the generated data."""
 
 
-class OlistWorld(World):
+class OlistWorld(ReferencedWorld):
     """Olist's eight tables, generated from a seed and an order count."""
 
     name = "olist"

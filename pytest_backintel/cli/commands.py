@@ -1,0 +1,287 @@
+"""The `backintel` command: schema, data and reference builds, and scoring one answer by hand."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from pytest_backintel.collect.loading import (
+    SCHEMA_PATH,
+    ScenarioFileError,
+    find_scenarios,
+    load_scenario_file,
+    render_json_schema,
+)
+from pytest_backintel.collect.manifests import find_manifest_case
+from pytest_backintel.collect.worlds import data_dir, get_world
+from pytest_backintel.contract import parse_answer
+from pytest_backintel.run.cleanup import register as register_clean
+from pytest_backintel.run.merge import register as register_merge
+from pytest_backintel.scenario import Scenario
+
+__all__ = ["main"]
+
+ROOT = SCHEMA_PATH.parent.parent
+COMMANDS_GROUP = "backintel.commands"
+"""Entry points `register(subparsers, groups)` adding a package's own subcommands."""
+
+
+def _schema(args: argparse.Namespace) -> int:
+    text = render_json_schema()
+    # the checkout's own copy when run inside it; never into an installed package
+    target = SCHEMA_PATH if SCHEMA_PATH.is_relative_to(Path.cwd().resolve()) else None
+    target = target or Path(SCHEMA_PATH.name)
+    if args.out is not None:
+        target = Path(args.out)
+        target = target / SCHEMA_PATH.name if target.is_dir() else target
+    if args.check:
+        current = target.read_text() if target.exists() else ""
+        if current != text:
+            print(f"{target} is out of date: run `backintel schema`", file=sys.stderr)
+            return 1
+        print(f"{target} is up to date")
+        return 0
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    print(f"wrote {target}")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from pytest_backintel.collect.validate import validate_paths
+
+    problems = validate_paths([Path(p) for p in args.paths or ["."]], world_queries=args.worlds)
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} problem(s)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _references_build(args: argparse.Namespace) -> int:
+    from pytest_backintel.collect.references import build_locks
+
+    done, problems = build_locks(
+        [Path(p) for p in args.paths or ["."]], check=args.check, root=Path.cwd()
+    )
+    for line in done:
+        print(line)
+    for line in problems:
+        print(f"backintel references build: {line}", file=sys.stderr)
+    if not done and not problems:
+        print("no answerable scenarios bound to data of your own were found")
+    return 1 if problems else 0
+
+
+def _data_build(args: argparse.Namespace) -> int:
+    world = get_world(args.world)
+    files = world.ensure_built(data_dir(Path.cwd()), snapshot=args.snapshot)
+    print(f"{args.world}: {files.parquet_dir} (data hash {world.data_hash(files)})")
+    return 0
+
+
+def _find_case(case_id: str) -> tuple[Scenario, Path | None] | None:
+    scenarios = find_scenarios()
+    if case_id in scenarios:
+        return scenarios[case_id][1], None
+    found = find_manifest_case(ROOT, case_id)
+    return (found[1], found[0]) if found is not None else None
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    """Score every recorded answer of a run again; fail on any outcome that differs."""
+    from pytest_backintel.records.writer import read_records
+    from pytest_backintel.run.hand_score import HandScorer, rescore_run
+
+    path = Path(args.run) / "records.jsonl"
+    if not path.is_file():
+        print(f"backintel score --run: no {path}", file=sys.stderr)
+        return 2
+    scorers: dict[str, HandScorer] = {}
+
+    def scorer_for(store: str) -> HandScorer:
+        if store not in scorers:
+            scorers[store] = HandScorer(data_dir(Path.cwd()), store=store, sandbox=args.sandbox)
+        return scorers[store]
+
+    try:
+        scored, wrong = rescore_run(read_records(path), _find_case, scorer_for)
+    finally:
+        for scorer in scorers.values():
+            scorer.close()
+    for line in wrong:
+        print(line, file=sys.stderr)
+    print(f"{scored} recorded answers scored again: {scored - len(wrong)} agree with the trial")
+    return 1 if wrong else 0
+
+
+def _score(args: argparse.Namespace) -> int:
+    """Score one hand-written answer against one scenario, exactly as a trial would."""
+    import pytest
+
+    from pytest_backintel.collect.backends import store_spec
+    from pytest_backintel.collect.references import discover
+    from pytest_backintel.run.hand_score import HandScorer
+    from stores.base import StoreError
+
+    if args.run:
+        return _rescore(args)
+    if not (args.case or args.scenario) or not args.answer:
+        print(
+            "backintel score: give --case or --scenario and an answer file, or --run",
+            file=sys.stderr,
+        )
+        return 2
+    if args.scenario is not None:
+        scenario = load_scenario_file(Path(args.scenario))
+        scenarios, args.case = {scenario.id: (Path(args.scenario), scenario)}, scenario.id
+    else:  # the suites under the current folder, then the shipped benchmark
+        try:
+            scenarios = {s.id: (p, s) for p, s in discover([Path.cwd()])} | find_scenarios()
+        except ScenarioFileError as exc:
+            print(f"{exc}\n(fix it, or name the case's file with --scenario)", file=sys.stderr)
+            return 2
+    manifest_case = None if args.case in scenarios else find_manifest_case(ROOT, args.case)
+    if args.case in scenarios:
+        scenario = scenarios[args.case][1]
+    elif manifest_case is not None:
+        scenario = manifest_case[1]
+    else:
+        close = difflib.get_close_matches(args.case, list(scenarios), n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        print(f"unknown case {args.case!r}.{hint}", file=sys.stderr)
+        return 2
+    try:
+        output = parse_answer(Path(args.answer).read_bytes())
+    except ValidationError as exc:
+        print(f"{args.answer}: not a contract answer:\n{exc}", file=sys.stderr)
+        return 2
+    scorer = HandScorer(data_dir(Path.cwd()), store=args.store, sandbox=args.sandbox)
+    try:
+        score, evidence = scorer.score(
+            scenario, output, manifest_case[0] if manifest_case is not None else None
+        )
+    except (pytest.UsageError, StoreError) as exc:
+        print(f"backintel score: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        scorer.close()
+    print(
+        json.dumps(
+            {
+                "case": scenario.id,
+                "store": store_spec(scenario, args.store),
+                "outcome": score.outcome.value,
+                "reasons": [r.message for r in score.reasons],
+                "evidence": [e.to_json() for e in evidence],
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    return 0 if score.outcome.passed else 1
+
+
+def _freeze_check(args: argparse.Namespace) -> int:
+    """Refuse a candidate whose diff against the frozen baseline leaves the worker allowlist."""
+    from pytest_backintel.freeze.allowlist import ALLOWLIST_FILE, AllowlistError, check_worker_diff
+
+    root = Path(args.repo).resolve()
+    try:
+        done = check_worker_diff(root, root / args.results_dir, args.baseline, args.candidate)
+    except AllowlistError as exc:
+        print(f"backintel freeze check: {exc}", file=sys.stderr)
+        return 1
+    if done["allowlist"] is None:
+        print(f"no {ALLOWLIST_FILE} in {root}: nothing restricts what a worker may change")
+    elif done["baseline"] is None:
+        print(f"candidate {done['candidate'][:12]}: no frozen baseline yet (nothing to compare)")
+    else:
+        print(
+            f"candidate {done['candidate'][:12]} against baseline {done['baseline'][:12]}: "
+            f"{len(done['changed'])} changed path(s), all inside {ALLOWLIST_FILE} [edit]"
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="backintel", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("schema", help="write the scenario JSON Schema generated from the model")
+    p.add_argument("--check", action="store_true", help="fail if the written schema differs")
+    p.add_argument(
+        "--out",
+        help="file or folder to write it to (default: the checkout's own "
+        "scenarios/scenario.schema.json, else ./scenario.schema.json)",
+    )
+    p.set_defaults(func=_schema)
+    p = sub.add_parser("validate", help="validate scenario files and folders (default: .)")
+    p.add_argument("paths", nargs="*")
+    p.add_argument(
+        "--world-queries", dest="worlds", action="store_true", help="run check queries on worlds"
+    )
+    p.set_defaults(func=_validate)
+    refs = sub.add_parser("references", help="references of your own suites").add_subparsers(
+        dest="refs_cmd", required=True
+    )
+    p = refs.add_parser("build", help="compute references into the lock file beside scenarios")
+    p.add_argument("paths", nargs="*", help="folders or files to search (default: .)")
+    p.add_argument("--check", action="store_true", help="verify the lock files, write nothing")
+    p.set_defaults(func=_references_build)
+    data = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
+    p = data.add_parser("build", help="generate a world's Parquet and SQLite files")
+    p.add_argument("--world", default="olist")
+    p.add_argument("--snapshot", default="base", help="a named snapshot (e.g. tpch: sf1)")
+    p.set_defaults(func=_data_build)
+    p = sub.add_parser("score", help="score one answer (JSON) for one case, or a whole run")
+    case = p.add_mutually_exclusive_group()
+    case.add_argument("--case", help="scenario id")
+    case.add_argument("--scenario", help="a scenario file (e.g. one of your own)")
+    case.add_argument(
+        "--run", help="a run folder: score every recorded answer again, fail on a disagreement"
+    )
+    p.add_argument(
+        "--store",
+        default="sqlite",
+        help="store backend to re-execute evidence on (a scenario's own binding overrides it)",
+    )
+    p.add_argument(
+        "--sandbox", default=None, help="sandbox backend for Python evidence (default as pytest)"
+    )
+    p.add_argument("answer", nargs="?", help="the answer's JSON file")
+    p.set_defaults(func=_score)
+    freeze = sub.add_parser("freeze", help="frozen runs").add_subparsers(
+        dest="freeze_cmd", required=True
+    )
+    p = freeze.add_parser("check", help="refuse a candidate that edits outside the allowlist")
+    p.add_argument("--baseline", default=None, help="frozen baseline (default: last frozen run)")
+    p.add_argument("--candidate", default="HEAD", help="candidate commit")
+    p.add_argument("--repo", default=".", help="repository root")
+    p.add_argument("--results-dir", default="results", help="where frozen-runs.jsonl is")
+    p.set_defaults(func=_freeze_check)
+    register_clean(sub)
+    register_merge(sub)
+    for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
+        command.load()(sub, {"data": data, "references": refs})
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # `backintel score ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141  # 128 + SIGPIPE, as a shell reports it
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""Store backends for a session: one set up per backend spec, on first use.
+
+A scenario runs on `--store` unless its dataset binding names the store it needs (the
+cross-store level binds `multi:postgres:olist_orders+sqlite:olist_catalog`; the scale level
+binds `lake-parquet`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from pytest_backintel.collect.user_data import binding_problem, source_store_spec, user_source
+from pytest_backintel.scenario import Scenario
+from stores.base import Store
+from stores.registry import UnknownStoreError, available_stores, load_store_class
+
+__all__ = ["StoreBackends", "bound_store", "check_stores", "store_spec"]
+
+
+def store_spec(scenario: Scenario, default: str) -> str:
+    """The backend spec a scenario runs on (a source of your own: see `user_data`)."""
+    if scenario.dataset.source_kind is not None:
+        return source_store_spec(scenario.dataset, default)
+    return scenario.dataset.store or default
+
+
+def backend_for(backends: StoreBackends, scenario: Scenario, default: str) -> Store:
+    """The set-up backend `scenario` runs on (`default` unless it binds one): for data of your
+    own, the store its source makes."""
+    spec = store_spec(scenario, default)
+    source = user_source(scenario.dataset)
+    if source is not None:
+        return backends.get_bound(spec, source.key, partial(source.make_store, spec))
+    return backends.get(spec)
+
+
+def bound_store(scenario: Scenario, default: str, workdir: Path) -> Store:
+    """A backend (not yet set up) for one scenario outside a session, e.g. `backintel score`:
+    its source's own store for data of your own, else the registered backend."""
+    spec = store_spec(scenario, default)
+    source = user_source(scenario.dataset)
+    if source is not None:
+        return source.make_store(spec, workdir)
+    return load_store_class(spec)(workdir)
+
+
+def check_stores(items: Sequence[pytest.Item], default: str) -> None:
+    """One usage error for an unknown `--store` (closest match) or for sources of your own
+    that `--store` cannot serve losslessly, before any item runs."""
+    name = default.split(":", 1)[0]
+    known = available_stores()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise pytest.UsageError(
+            f"--store {default!r}: unknown store backend {name!r}.{hint} "
+            f"Available: {', '.join(known)}."
+        )
+    problems: dict[str, str] = {}
+    for item in items:
+        scenario: Scenario | None = getattr(item, "scenario", None)
+        if scenario is None or scenario.dataset.source_kind is None:
+            continue
+        problem = binding_problem(scenario.dataset, store_spec(scenario, default))
+        if problem is not None:
+            problems.setdefault(str(item.path), problem)
+    if problems:
+        lines = [f"{path}: {problem}" for path, problem in sorted(problems.items())]
+        raise pytest.UsageError("\n".join(lines))
+
+
+class StoreBackends:
+    """Backends by spec, each set up once in this process and torn down at the end."""
+
+    def __init__(self, data_dir: Callable[[], Path]) -> None:
+        self._data_dir = data_dir
+        self._stores: dict[str, Store] = {}
+
+    def get(self, spec: str) -> Store:
+        if spec not in self._stores:
+            folder = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
+            workdir = self._data_dir() / "stores" / folder / f"{os.getpid()}"
+            try:
+                store = load_store_class(spec)(workdir)
+            except UnknownStoreError as exc:
+                raise pytest.UsageError(str(exc)) from exc
+            store.setup_session()
+            self._stores[spec] = store
+        return self._stores[spec]
+
+    def get_bound(self, spec: str, source: str, make: Callable[[Path], Store]) -> Store:
+        """The backend `spec` serving one source of your own (`make(workdir)` builds it)."""
+        key = f"{spec}@{source}"
+        if key not in self._stores:
+            folder = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)[-80:]
+            store = make(self._data_dir() / "stores" / folder / f"{os.getpid()}")
+            store.setup_session()
+            self._stores[key] = store
+        return self._stores[key]
+
+    def teardown(self) -> None:
+        stores, self._stores = self._stores, {}
+        for store in stores.values():
+            store.teardown_session()

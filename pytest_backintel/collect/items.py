@@ -1,0 +1,154 @@
+"""Scenario files become pytest items: one per scenario and trial, with markers and keywords."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+from _pytest._code.code import TerminalRepr
+from _pytest._io import TerminalWriter
+
+from pytest_backintel.collect.backends import store_spec
+from pytest_backintel.collect.loading import ScenarioFileError, load_scenario_file
+from pytest_backintel.collect.user_data import check_world
+from pytest_backintel.options import BenchOptions
+from pytest_backintel.scenario import Scenario
+
+__all__ = [
+    "RUNNER_KEY",
+    "ItemFailure",
+    "ItemRunner",
+    "ScenarioFile",
+    "ScenarioItem",
+    "is_scenario_file",
+    "markers_for",
+]
+
+SUFFIX = ".scenario.yaml"
+
+
+def is_scenario_file(name: str) -> bool:
+    return name.endswith(SUFFIX)
+
+
+def store_marker(backend: str) -> str:
+    """`store_<backend>` with dashes as underscores, usable in `-m` expressions (a spec's
+    options after the first `:` are left out: `multi:...` is `store_multi`)."""
+    return "store_" + backend.split(":", 1)[0].replace("-", "_")
+
+
+def markers_for(scenario: Scenario, backend: str) -> list[str]:
+    return [
+        scenario.split.value,
+        "answerable" if scenario.answerable else "unanswerable",
+        f"level{scenario.level}",
+        store_marker(backend),
+    ]
+
+
+class ScenarioFile(pytest.File):
+    """A `*.scenario.yaml` file: validated, then one item per trial."""
+
+    def collect(self) -> Iterator[ScenarioItem]:
+        bench = self.config.stash[RUNNER_KEY]
+        scenario = load_scenario_file(self.path)
+        check_world(self.path, scenario)
+        sha = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        for trial in range(1, bench.options.trials + 1):
+            yield ScenarioItem.from_scenario(
+                self, scenario, trial, sha, store_spec(scenario, bench.options.store)
+            )
+
+    def repr_failure(
+        self,
+        excinfo: pytest.ExceptionInfo[BaseException],
+        style: Any = None,
+    ) -> str | TerminalRepr:
+        if isinstance(excinfo.value, ScenarioFileError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class ItemFailure(Exception):
+    """A trial that did not pass, raised by the runner; rendered by `ScenarioItem.repr_failure`
+    with the lines it gives."""
+
+    def lines(self) -> list[str]:
+        return [str(self)]
+
+
+class ItemRunner(Protocol):
+    """What collection needs of the bench session (set under `RUNNER_KEY` at configure)."""
+
+    options: BenchOptions
+    reserved_cases: dict[str, set[str]]
+
+    def run_item(self, item: ScenarioItem, store: Any, python: Any) -> None: ...
+
+
+RUNNER_KEY = pytest.StashKey[ItemRunner]()
+
+
+def _scenario_test(
+    request: pytest.FixtureRequest, backintel_store: Any, backintel_python: Any
+) -> None:
+    """The body of every scenario item: hand off to the bench session."""
+    item = request.node
+    assert isinstance(item, ScenarioItem)
+    request.config.stash[RUNNER_KEY].run_item(item, backintel_store, backintel_python)
+
+
+class ScenarioItem(pytest.Function):
+    """One trial of one scenario; fixtures are resolved by pytest from `_scenario_test`."""
+
+    scenario: Scenario
+    trial: int
+    scenario_sha: str
+    manifest: Path | None = None
+    """The acceptance/regression manifest the case came from (None for a scenario file)."""
+    suite: str = "benchmark"
+
+    @classmethod
+    def from_scenario(
+        cls, parent: pytest.File, scenario: Scenario, trial: int, sha: str, backend: str
+    ) -> ScenarioItem:
+        item: ScenarioItem = cls.from_parent(
+            parent,
+            name=f"{scenario.id}[t{trial}]",
+            callobj=_scenario_test,
+        )
+        item.scenario, item.trial, item.scenario_sha = scenario, trial, sha
+        for name in markers_for(scenario, backend):
+            item.add_marker(name)
+        item.extra_keyword_matches.add(scenario.family)
+        return item
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return (
+            self.path,
+            0,
+            f"scenario {self.scenario.id} v{self.scenario.version} trial {self.trial}",
+        )
+
+    def repr_failure(
+        self,
+        excinfo: pytest.ExceptionInfo[BaseException],
+        style: Any = None,
+    ) -> str | TerminalRepr:
+        if isinstance(excinfo.value, ItemFailure):
+            return FailureRepr(excinfo.value.lines())
+        return super().repr_failure(excinfo)
+
+
+class FailureRepr(TerminalRepr):
+    """The failure's own lines: question, outcome, each metric's checks, the evidence."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def toterminal(self, tw: TerminalWriter) -> None:
+        for line in self.lines:
+            tw.line(line)

@@ -1,0 +1,248 @@
+"""The data probe: a perturbed copy of an item's dataset on the item's own backend, where
+evidence is run again and must give what the evaluator's check query gives there.
+
+One probe per backend spec and dataset, provisioned on first use and shared by the items of
+a process (evidence only ever reads it, through read-only sessions that one trial at a time
+uses and the next may reuse); torn down at the end of the session. The check query's values
+on the probe are computed once per scenario.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from pytest_backintel.evidence.dialects import translate
+from pytest_backintel.evidence.values import EVIDENCE_MAX_ROWS, values_from_result
+from pytest_backintel.scenario import Scenario
+from stores.base import (
+    DatasetFiles,
+    ProvisionedStore,
+    QueryError,
+    Store,
+    StoreError,
+    StoreSession,
+)
+from stores.once import OnceMap
+
+__all__ = ["DataProbe", "Probes", "PythonFactory"]
+
+PythonFactory = Callable[[Path | None], Callable[[str], Any] | None]
+"""Given a store's mount path, a runner for Python evidence over it (None: no sandbox)."""
+
+
+class DataProbe:
+    """A perturbed copy of one dataset on one backend, and the check values computed on it."""
+
+    def __init__(
+        self,
+        store: ProvisionedStore,
+        dialect: str,
+        python: Callable[[], Callable[[str], Any] | None] | None = None,
+    ) -> None:
+        self.store = store
+        self.dialect = dialect
+        self._python = python
+        self._checks: dict[tuple[str, int], tuple[dict[str, Any], str | None]] = {}
+        self._idle: list[StoreSession] = []
+        """Sessions whose last statement ran cleanly, for the next trial to reuse: a new
+        connection pays for reading the schema and the pages again (~1.5 ms on SQLite)."""
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[StoreSession]:
+        """A read-only session on the probe, used by one caller at a time: an idle one or a
+        new one. One whose statement raised is closed, not reused."""
+        with self._lock:
+            session = self._idle.pop() if self._idle else None
+        session = session if session is not None else self.store.connect()
+        try:
+            yield session
+        except BaseException:
+            session.close()
+            raise
+        with self._lock:
+            self._idle.append(session)
+
+    def python(self) -> Callable[[str], Any] | None:
+        """The Python evidence runner over the probe's mount, when the item has a sandbox."""
+        return self._python() if self._python is not None else None
+
+    def check(self, scenario: Scenario) -> tuple[dict[str, Any], str | None]:
+        """The evaluator's check values on the perturbed copy, or a reason they are unknown."""
+        key = (scenario.id, scenario.version)
+        if key not in self._checks:
+            if not scenario.check_sql:
+                self._checks[key] = ({}, "the scenario has no check query")
+            else:
+                kinds = {m.name: m.kind for m in scenario.metrics}
+                try:
+                    sql = translate(scenario.check_sql, self.dialect)
+                    with self.session() as session:
+                        result = session.run_sql(sql, max_rows=EVIDENCE_MAX_ROWS)
+                    values, problems = values_from_result(result, list(kinds), kinds)
+                    error = "; ".join(f"{k}: {v}" for k, v in problems.items()) or None
+                except (QueryError, ValueError) as exc:
+                    values, error = {}, f"the check query failed on the probe: {exc}"
+                self._checks[key] = (values, error)
+        return self._checks[key]
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for session in idle:
+            with contextlib.suppress(Exception):
+                session.close()
+        self.store.teardown()
+
+
+SALTS = (1, 2)
+"""One probe per salt: two independently perturbed copies, so a value that one copy happens
+to leave unchanged (a rare count whose rows all survived) is still caught by the other."""
+
+
+class Probes:
+    """Probes by (backend spec, dataset folder), provisioned on first use."""
+
+    def __init__(self, cache_dir: Callable[[], Path]) -> None:
+        self.cache_dir = cache_dir
+        self._probes = OnceMap[tuple[str, str], list[DataProbe]]()
+        """Built once per key; concurrent trials wait for the first build, not each other's."""
+        self._warming: dict[tuple[str, str], threading.Thread] = {}
+        self._warming_lock = threading.Lock()
+
+    def get(
+        self,
+        spec: str,
+        backend: Store,
+        files: DatasetFiles,
+        python: PythonFactory | None = None,
+        data_hash: str | None = None,
+    ) -> list[DataProbe]:
+        """The probes of `files` on `backend`: a Parquet dataset, or a user's SQLite, DuckDB,
+        CSV or PostgreSQL source (`data_hash` names its perturbed copies)."""
+        key = (spec, str(files.parquet_dir))
+        return self._probes.get(key, lambda: self._build(backend, files, python, data_hash))
+
+    def warm(
+        self,
+        spec: str,
+        backend: Store,
+        files: DatasetFiles,
+        python: PythonFactory | None = None,
+        data_hash: str | None = None,
+    ) -> None:
+        """Start building the probes of `files` in the background (once per key), so a trial
+        whose analyst takes seconds finds them ready when its evidence needs them. A failed
+        build is not kept: the trial's own `get` tries again and reports the error."""
+        key = (spec, str(files.parquet_dir))
+        with self._warming_lock:
+            if key in self._warming:
+                return
+            thread = threading.Thread(
+                target=self._warm_one,
+                args=(spec, backend, files, python, data_hash),
+                name="backintel-probe-warm",
+                daemon=True,
+            )
+            self._warming[key] = thread
+        thread.start()
+
+    def _warm_one(
+        self,
+        spec: str,
+        backend: Store,
+        files: DatasetFiles,
+        python: PythonFactory | None,
+        data_hash: str | None,
+    ) -> None:
+        with contextlib.suppress(Exception):  # the trial's own `get` reports it
+            self.get(spec, backend, files, python, data_hash)
+
+    def _build(
+        self,
+        backend: Store,
+        files: DatasetFiles,
+        python: PythonFactory | None,
+        data_hash: str | None,
+    ) -> list[DataProbe]:
+        from pytest_backintel.evidence.perturb import source_form
+
+        form = source_form(files)
+        if form is None and not _is_postgres_clone(backend):
+            return []  # no data of a form the probe can copy: tables-read check only
+        probes = []
+        for salt in SALTS:
+            try:
+                store = self._provision(backend, files, form, salt, data_hash)
+            except StoreError:
+                raise
+            except Exception as exc:  # sqlite3, DuckDB, psycopg, polars, OS errors
+                why = f"could not build the data probe of {files.name!r}: {exc}"
+                raise StoreError(why) from exc
+            runner = _once(partial(python, store.mount_path)) if python is not None else None
+            probes.append(DataProbe(store, backend.dialect, runner))
+        return probes
+
+    def _provision(
+        self,
+        backend: Store,
+        files: DatasetFiles,
+        form: str | None,
+        salt: int,
+        data_hash: str | None,
+    ) -> ProvisionedStore:
+        # imported here: only a run whose answers cite evidence builds probes (polars, Arrow)
+        from pytest_backintel.evidence.perturb import FILE_FORMS, perturb_dataset
+
+        if form == "parquet":
+            return backend.provision(perturb_dataset(files, self.cache_dir(), salt))
+        if form in FILE_FORMS:
+            if data_hash is None:
+                raise ValueError(f"the {form} source of {files.name!r} has no data hash")
+            from pytest_backintel.evidence.perturb_sources import perturb_source
+
+            copy = perturb_source(files, form, self.cache_dir(), salt, data_hash)
+            return backend.provision(copy)
+        from pytest_backintel.evidence.perturb_sources import perturb_postgres
+        from stores.postgres import ProvisionedPostgres
+
+        store = backend.provision(files)  # a PostgreSQL clone of its own, perturbed in place
+        try:
+            assert isinstance(store, ProvisionedPostgres)
+            perturb_postgres(store.admin_dsn, salt)
+        except Exception:
+            store.teardown()
+            raise
+        return store
+
+    def teardown(self) -> None:
+        with self._warming_lock:
+            warming, self._warming = list(self._warming.values()), {}
+        for thread in warming:
+            thread.join()
+        for group in self._probes.drain():
+            for probe in group:
+                probe.close()
+
+
+def _is_postgres_clone(backend: Store) -> bool:
+    """A user's PostgreSQL source: its probe is a clone of its own, perturbed in place."""
+    from stores.postgres_clone import PostgresCloneStore
+
+    return isinstance(backend, PostgresCloneStore)
+
+
+def _once(make: Callable[[], Any]) -> Callable[[], Any]:
+    cache: list[Any] = []
+
+    def get() -> Any:
+        if not cache:
+            cache.append(make())
+        return cache[0]
+
+    return get

@@ -1,0 +1,141 @@
+"""Remove what a killed run left behind: store copies, sandbox folders, cgroups, databases.
+
+Every artefact names its owner: store and sandbox folders carry `stores.owner.OWNER_FILE`
+(and sit under a folder named by the owner's pid: `<data>/stores/<spec>/<pid>/`,
+`<data>/sandbox/<pid>/`), pids cgroups are named `<pid>-<token>`, PostgreSQL databases and
+roles carry the owner as a comment. Only artefacts whose owner is gone are removed (another
+host's are never judged), so live sessions of other users on the same machine keep theirs.
+Runs at every session start (controller) and on demand as `backintel clean`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stores.owner import read_folder_owner
+
+__all__ = ["CleanReport", "clean_stale", "register", "stale_folders"]
+
+
+@dataclass
+class CleanReport:
+    """What was removed (or, with `dry_run`, would be), and what could not be checked."""
+
+    folders: list[Path] = field(default_factory=list)
+    cgroups: list[Path] = field(default_factory=list)
+    databases: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"removed folder {p}" for p in self.folders]
+        out += [f"removed cgroup {p}" for p in self.cgroups]
+        out += [f"dropped postgres {n}" for n in self.databases]
+        out += [f"skipped: {s}" for s in self.skipped]
+        return out or ["nothing left behind by a process that is gone"]
+
+
+def _gone(folder: Path) -> bool:
+    """The folder's owner is gone: its marker (or its subfolders' markers) says so, or, with
+    no marker, the pid it is named by does not run."""
+    owner = read_folder_owner(folder)
+    if owner is not None:
+        return owner.is_gone()
+    inner = [o for c in folder.iterdir() if c.is_dir() and (o := read_folder_owner(c))]
+    if inner:  # `sandbox/<pid>/backintel-sbx-*` carry the markers one level down
+        return all(o.is_gone() for o in inner)
+    if folder.name.isdigit():
+        return not Path(f"/proc/{folder.name}").exists()
+    return False
+
+
+def _remove(folder: Path) -> None:
+    """Delete `folder` without ever following a symlink: a sandbox workspace may hold links
+    the payload planted (to the interpreter, to /etc), and only real directories under
+    `folder` get write permission back so their entries can be unlinked."""
+    if folder.is_symlink():
+        return
+    folder.chmod(0o700)
+    for dirpath, dirnames, _ in os.walk(folder, followlinks=False):
+        for name in dirnames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o700)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def stale_folders(data_dir: Path) -> list[Path]:
+    """Per-process store and sandbox folders under `data_dir` (and the system temporary
+    folder's `backintel-sbx-*`) whose owner is gone."""
+    candidates = [*data_dir.glob("stores/*/*"), *data_dir.glob("sandbox/*")]
+    candidates += Path(tempfile.gettempdir()).glob("backintel-sbx-*")
+    return sorted(p for p in candidates if p.is_dir() and not p.is_symlink() and _gone(p))
+
+
+def _postgres(report: CleanReport, dry_run: bool) -> None:
+    from stores.pg_config import DEFAULT_DSN, INITDB
+    from stores.pg_sweep import sweep_stale
+
+    dsn = os.environ.get("BACKINTEL_PG_DSN", DEFAULT_DSN).strip() or DEFAULT_DSN
+    if dsn == INITDB or dry_run:
+        return
+    try:
+        report.databases += sweep_stale(dsn)
+    except Exception as exc:  # no server, no psycopg: nothing of ours can be there to drop
+        report.skipped.append(f"postgres at {dsn}: {str(exc).strip()[:160]}")
+
+
+def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True) -> CleanReport:
+    """Remove every artefact of a gone owner (see the module docstring)."""
+    from pytest_backintel.sandbox import PidsCgroup
+
+    report = CleanReport()
+    for folder in stale_folders(data_dir):
+        if not dry_run:
+            _remove(folder)
+        report.folders.append(folder)
+    if not dry_run:
+        report.cgroups += PidsCgroup.sweep_stale()
+    if postgres:
+        _postgres(report, dry_run)
+    return report
+
+
+def clean_stale_in_background(data_dir: Path) -> threading.Thread:
+    """`clean_stale` at a session's start: the folders and cgroups now, the PostgreSQL sweep
+    (a server round trip, needed only by runs that can have left databases) in a thread the
+    session joins at its end, so the first item does not wait for it."""
+    clean_stale(data_dir, postgres=False)
+    thread = threading.Thread(
+        target=_postgres, args=(CleanReport(), False), name="backintel-pg-sweep", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _clean_command(args: argparse.Namespace) -> int:
+    from pytest_backintel.collect.worlds import data_dir
+
+    folder = Path(args.data_dir) if args.data_dir else data_dir(Path.cwd())
+    report = clean_stale(folder, dry_run=args.dry_run, postgres=not args.no_postgres)
+    for line in report.lines():
+        print(f"would have {line}" if args.dry_run and line.startswith("removed") else line)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `backintel clean` to the CLI's subcommands."""
+    p = sub.add_parser(
+        "clean",
+        help="remove store copies, sandbox folders, cgroups and PostgreSQL databases/roles "
+        "left by runs whose process is gone",
+    )
+    p.add_argument("--data-dir", help="the data folder (default: $BACKINTEL_DATA_DIR or data/)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    p.add_argument("--no-postgres", action="store_true", help="leave the PostgreSQL server alone")
+    p.set_defaults(func=_clean_command)

@@ -1,0 +1,148 @@
+"""Scoring an answer given by hand exactly as a trial scores it (`backintel score`).
+
+The same bound store (a scenario's binding overrides `--store`), the same sandbox backend for
+Python evidence, the same statement limits, the same data probe and the same reference. Stores
+and probes are provisioned once per backend and dataset and reused for every answer scored by
+one `HandScorer`, so a test can score many answers cheaply.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_backintel.collect.backends import StoreBackends, backend_for, store_spec
+from pytest_backintel.collect.manifests import manifest_reference
+from pytest_backintel.collect.user_data import world_for
+from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
+from pytest_backintel.evidence.item_python import evidence_runner
+from pytest_backintel.evidence.probe import Probes
+from pytest_backintel.evidence.reexecute import EvidenceResult, reexecute
+from pytest_backintel.sandbox.base import SandboxProvider
+from pytest_backintel.sandbox.registry import create_provider
+from pytest_backintel.scenario import Scenario
+from pytest_backintel.scoring.score import TrialScore, score_answer
+from stores.base import DatasetFiles, ProvisionedStore
+
+__all__ = ["SCORED", "HandScorer", "rescore_run"]
+
+
+class HandScorer:
+    """Scores answers for scenarios on `store` (the default backend spec) with `sandbox`."""
+
+    def __init__(self, data_dir: Path, store: str = "sqlite", sandbox: str | None = None) -> None:
+        self.data_dir = data_dir
+        self.default_store = store
+        self.sandbox_name = sandbox
+        self.backends = StoreBackends(lambda: data_dir)
+        self.probes = Probes(lambda: data_dir / "perturbed")
+        self._sandboxes: SandboxProvider | None = None
+        self._stores: dict[tuple[str, str], ProvisionedStore] = {}
+        self._files: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
+
+    def sandboxes(self) -> SandboxProvider:
+        if self._sandboxes is None:
+            workdir = self.data_dir / "sandbox" / f"score-{os.getpid()}"
+            provider = create_provider(self.sandbox_name, workdir)
+            provider.setup_session()
+            self._sandboxes = provider
+        return self._sandboxes
+
+    def dataset(self, scenario: Scenario) -> tuple[DatasetFiles, str]:
+        key = (scenario.dataset.world, scenario.dataset.snapshot)
+        if key not in self._files:
+            world = world_for(scenario.dataset)
+            files = world.ensure_built(self.data_dir, snapshot=key[1])
+            self._files[key] = (files, world.data_hash(files))
+        return self._files[key]
+
+    def _python(self, mount: Path | None) -> Any:
+        return evidence_runner(self.sandboxes)(mount)
+
+    def reference(self, scenario: Scenario, manifest: Path | None) -> Mapping[str, Any]:
+        if not scenario.answerable:
+            return {}
+        if manifest is not None:
+            return manifest_reference(manifest, scenario.id)
+        files, data_hash = self.dataset(scenario)
+        return world_for(scenario.dataset).reference(scenario, files, data_hash)
+
+    def store(self, scenario: Scenario) -> tuple[ProvisionedStore, str]:
+        """The scenario's store on its bound backend (provisioned once) and its SQL dialect."""
+        spec = store_spec(scenario, self.default_store)
+        backend = backend_for(self.backends, scenario, self.default_store)
+        files, _ = self.dataset(scenario)
+        key = (spec, str(files.parquet_dir))
+        if key not in self._stores:
+            self._stores[key] = backend.provision(files)
+        return self._stores[key], backend.dialect
+
+    def score(
+        self, scenario: Scenario, output: AnalystAnswer | Refusal, manifest: Path | None = None
+    ) -> tuple[TrialScore, list[EvidenceResult]]:
+        """Re-execute the evidence of `output` and score it against the reference."""
+        evidence: list[EvidenceResult] = []
+        if isinstance(output, AnalystAnswer):
+            spec = store_spec(scenario, self.default_store)
+            store, _ = self.store(scenario)
+            files, data_hash = self.dataset(scenario)
+            backend = backend_for(self.backends, scenario, self.default_store)
+            probes = self.probes.get(spec, backend, files, self._python, data_hash)
+            evidence = reexecute(output, scenario, store, self._python(store.mount_path), probes)
+        return score_answer(
+            scenario, output, evidence, self.reference(scenario, manifest)
+        ), evidence
+
+    def close(self) -> None:
+        stores, self._stores = self._stores, {}
+        for store in stores.values():
+            store.teardown()
+        self.probes.teardown()
+        self.backends.teardown()
+        if self._sandboxes is not None:
+            self._sandboxes.teardown_session()
+            self._sandboxes = None
+
+
+SCORED = {
+    "pass",
+    "wrong_value",
+    "missing_metric",
+    "duplicate_metric",
+    "unsupported_evidence",
+    "false_refusal",
+    "invented_value",
+    "unhelpful_refusal",
+}
+"""Outcomes decided by scoring an answer (the others say the answer never came)."""
+
+
+def rescore_run(
+    records: list[dict[str, Any]],
+    find: Callable[[str], tuple[Scenario, Path | None] | None],
+    scorer_for: Callable[[str], HandScorer],
+) -> tuple[int, list[str]]:
+    """Score every recorded answer of a run again; (answers scored, disagreements)."""
+    scored, wrong = 0, []
+    for record in records:
+        if record.get("outcome") not in SCORED or record.get("answer") is None:
+            continue
+        found = find(str(record["scenario_id"]))
+        if found is None:
+            wrong.append(f"{record['scenario_id']}: no such case")
+            continue
+        scenario, manifest = found
+        output = parse_answer(record["answer"])
+        score, _ = scorer_for(str(record.get("backend") or "sqlite")).score(
+            scenario, output, manifest
+        )
+        scored += 1
+        if score.outcome.value != record["outcome"]:
+            why = "; ".join(r.message for r in score.reasons)[:500]
+            wrong.append(
+                f"{record['scenario_id']} t{record.get('trial')}: the trial gave "
+                f"{record['outcome']}, backintel score gives {score.outcome.value} ({why})"
+            )
+    return scored, wrong
