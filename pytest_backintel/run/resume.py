@@ -85,6 +85,14 @@ class Resumption:
         return [r for r, _ in final_rows([row for p in parts for row in read_json_lines(p)])]
 
     # -- before collection (the controller) ------------------------------------------------
+    def begin(
+        self, header: dict[str, Any], shard: tuple[int, int] | None, frozen: bool, candidate: str
+    ) -> None:
+        """Check the session measures what the run did, then add its `resumption` entry."""
+        self.check_header(header, shard)
+        self.check_freeze(frozen, candidate)
+        header["resumption"] = self.entry()
+
     def check_header(self, started: dict[str, Any], shard: tuple[int, int] | None) -> None:
         """Refuse a session whose analyst, model settings or method differ from the run's."""
         differ = [

@@ -380,9 +380,7 @@ class BenchSession:
         header = self._header = self.run_header()
         opts, resumed = self.options, self.resumption
         if resumed is not None:
-            resumed.check_header(header, opts.shard)
-            resumed.check_freeze(opts.freeze, candidate_id(self.candidate()))
-            header["resumption"] = resumed.entry()
+            resumed.begin(header, opts.shard, opts.freeze, candidate_id(self.candidate()))
             self.streak.path.unlink(missing_ok=True)  # a provider streak stops one session
         else:
             header["appended_to"] = run_folder.check_run_folder(self.run_dir, opts.append_run)
