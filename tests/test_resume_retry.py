@@ -214,3 +214,34 @@ def test_conflicting_run_options_are_refused(
     result = pytester.runpytest("-p", "no:xdist", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
+
+
+def test_a_retry_supersedes_its_earlier_attempts_and_append_run_copies_stay() -> None:
+    from pytest_backintel.records.attempts import attempt_fields, final_rows
+
+    blocked = {"nodeid": "a[t1]", "outcome": "provider_error"}
+    second = {"nodeid": "a[t1]", "outcome": "pass", **attempt_fields([blocked])}
+    assert (second["attempt"], second["attempts"]) == (2, [blocked])
+    third = {"nodeid": "a[t1]", "outcome": "pass", **attempt_fields([second])}
+    assert third["attempt"] == 3
+    assert [a["outcome"] for a in third["attempts"]] == ["provider_error", "pass"]
+    assert all("attempts" not in a for a in third["attempts"]), "flat, oldest first"
+    copies = [
+        ({"nodeid": "b[t1]", "outcome": "pass"}, 1),
+        ({"nodeid": "b[t1]", "outcome": "pass"}, 2),
+    ]
+    rows = [(blocked, 0), *copies, (second, 3)]
+    assert final_rows(rows) == [*copies, (second, 3)], "--append-run copies are not attempts"
+
+
+def test_a_torn_last_line_is_cut_before_a_resumed_writer_appends(tmp_path: Path) -> None:
+    from pytest_backintel.records.writer import RecordWriter, read_records
+
+    part = tmp_path / "parts" / "records-main.jsonl"
+    part.parent.mkdir()
+    part.write_text('{"nodeid": "a[t1]", "outcome": "pass"}\n{"nodeid": "b[t1]", "outc')
+    writer = RecordWriter(tmp_path, "main")
+    writer.write({"nodeid": "b[t1]", "outcome": "pass"})
+    writer.close()
+    assert [r["nodeid"] for r in read_records(part)] == ["a[t1]", "b[t1]"]
+    assert part.read_text().count("\n") == 2

@@ -53,7 +53,7 @@ def schema(name: str) -> dict[str, Any]:
 def local(command: str) -> str:
     """The command with `uv run` as this checkout's interpreter runs it."""
     command = command.replace("uv run pytest", f"{sys.executable} -m pytest")
-    return command.replace("uv run backintel", f"{sys.executable} -m pytest_backintel.cli")
+    return command.replace("uv run backintel", f"{Path(sys.executable).parent / 'backintel'}")
 
 
 def github(text: str, values: dict[str, Any]) -> str:

@@ -42,7 +42,7 @@ def finish(proc: subprocess.Popen[str]) -> str:
 
 
 def backintel(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest_backintel.cli", *args]
+    cmd = [str(Path(sys.executable).parent / "backintel"), *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
 
 
