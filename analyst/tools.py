@@ -3,7 +3,8 @@
 The store session is opened lazily and used from one dedicated worker thread (SQLite and
 several drivers bind a connection to the thread that opened it), so the event loop stays
 free for the wall-clock limit. Query errors come back to the model as readable text; only a
-failure of the store itself (`StoreError`) ends the run.
+failure of the store itself (`StoreError`) or of the harness's code (`InfraError`, with its
+traceback) ends the run, as the harness's `infra_error`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import TypeVar
 from pydantic_ai import RunContext, Tool
 from pydantic_ai.tools import ToolDefinition
 
-from stores.base import MAX_ROWS, QueryError, QueryResult, StoreSession
+from pytest_backintel.analyst_api import InfraError
+from stores.base import MAX_ROWS, QueryError, QueryResult, StoreError, StoreSession
 
 __all__ = [
     "SKILLS_DIR",
@@ -69,9 +71,16 @@ class AnalystDeps:
         return await loop.run_in_executor(self._worker, self._with_session, fn)
 
     def _with_session(self, fn: Callable[[StoreSession], _T]) -> _T:
-        if self._session is None:
-            self._session = self._connect()
-        return fn(self._session)
+        """`fn(session)`; an exception out of the store that is neither a query error (the
+        analyst reads it) nor a store failure is the harness's own bug: `InfraError`."""
+        try:
+            if self._session is None:
+                self._session = self._connect()
+            return fn(self._session)
+        except (QueryError, StoreError):
+            raise
+        except Exception as exc:
+            raise InfraError.from_bug(exc, "a store tool") from exc
 
     def _close_session(self) -> None:
         if self._session is not None:

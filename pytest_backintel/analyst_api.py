@@ -7,6 +7,7 @@ Pydantic AI agent (`analyst.agent`); calibration analysts script the same agent 
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -43,6 +44,10 @@ class AnalystLimits:
     wall_time_s: float = 600.0
     max_cost_usd: float | None = None
     """USD per trial, priced from `pytest_backintel/records/prices.json` (None: no cost limit)."""
+    evidence_max_items: int = 20
+    """Evidence items of one answer the harness re-executes; each one beyond is unsupported."""
+    evidence_time_s: float = 120.0
+    """Seconds the harness spends re-executing one answer's evidence and its probe runs."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,16 @@ class AnalystRun:
 
 class InfraError(Exception):
     """The harness's store or sandbox failed under the analyst: not the analyst's fault."""
+
+    @classmethod
+    def from_bug(cls, exc: BaseException, where: str) -> InfraError:
+        """An unexpected exception out of the harness's own code, its traceback in the text."""
+        trace = "".join(traceback.format_exception(exc))[-_TRACE_CHARS:]
+        return cls(f"the harness failed in {where} ({type(exc).__name__}: {exc})\n{trace}")
+
+
+_TRACE_CHARS = 4000
+"""The most characters of a harness traceback kept in a record."""
 
 
 class AnalystStopped(Exception):

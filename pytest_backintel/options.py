@@ -263,6 +263,19 @@ def add_options(parser: pytest.Parser) -> None:
         "--analyst-timeout", type=positive_float, default=600.0, help="wall-clock seconds per trial"
     )
     group.addoption("--max-cost", type=positive_usd, default=None, help="USD per trial")
+    group.addoption(
+        "--evidence-max-items",
+        type=positive_int,
+        default=20,
+        help="evidence items re-executed per answer; each one beyond is unsupported_evidence",
+    )
+    group.addoption(
+        "--evidence-timeout",
+        type=positive_float,
+        default=120.0,
+        help="seconds of evidence re-execution (items and probe runs) per answer; no run "
+        "starts after, and what is left is unsupported_evidence",
+    )
     group.addoption("--run-max-requests", type=positive_int, default=None, help="requests per run")
     group.addoption("--run-max-tokens", type=positive_int, default=None, help="tokens per run")
     group.addoption("--run-max-cost", type=positive_usd, default=None, help="USD per run")
@@ -341,6 +354,8 @@ def read_options(config: pytest.Config) -> BenchOptions:
             max_tokens=config.getoption("--max-tokens"),
             wall_time_s=config.getoption("--analyst-timeout"),
             max_cost_usd=config.getoption("--max-cost"),
+            evidence_max_items=config.getoption("--evidence-max-items"),
+            evidence_time_s=config.getoption("--evidence-timeout"),
         ),
         freeze=config.getoption("--freeze"),
         sandbox=config.getoption("--sandbox") or default_sandbox(),

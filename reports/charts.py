@@ -51,6 +51,23 @@ def _title(text: str, summary: RunSummary) -> alt.TitleParams:
     return alt.TitleParams(text, subtitle=subtitle, anchor="start")
 
 
+LABEL_SLACK_PX_PER_CHAR = 2.5
+"""Extra room per character of the longest axis label. vl-convert measures labels with its own
+bundled font; a browser shows the SVG in its own `sans-serif` (DejaVu Sans on Debian is ~20%
+wider), which pushed the longest right-aligned labels past the left edge ("ustomers")."""
+
+
+def _label_padding(labels: list[str]) -> dict[str, int]:
+    """Chart padding with room for axis labels drawn in a wider font than measured."""
+    longest = max((len(label) for label in labels), default=0)
+    return {
+        "left": 5 + round(longest * LABEL_SLACK_PX_PER_CHAR),
+        "top": 5,
+        "right": 24,
+        "bottom": 5,
+    }
+
+
 def pass_rate_by_family(summary: RunSummary) -> dict[str, Any]:
     rows = [
         {
@@ -61,14 +78,18 @@ def pass_rate_by_family(summary: RunSummary) -> dict[str, Any]:
         for name, t in summary.breakdowns["family"]
     ]
     base = alt.Chart(alt.InlineData(values=rows)).encode(
-        y=alt.Y("family:N", title="family", sort=None),
+        y=alt.Y("family:N", title=None, sort=None),
         x=alt.X(
             "pass_rate:Q", title="pass rate (passed / attempted)", scale=alt.Scale(domain=[0, 1])
         ),
     )
     bars = base.mark_bar(color=PALETTE["pass"])
     text = base.mark_text(align="left", dx=4).encode(text="label:N")
-    layered = (bars + text).properties(title=_title("Pass rate by family", summary), width=360)
+    layered = (bars + text).properties(
+        title=_title("Pass rate by family", summary),
+        width=360,
+        padding=_label_padding([str(r["family"]) for r in rows]),
+    )
     spec: dict[str, Any] = layered.to_dict()
     return spec
 
@@ -96,7 +117,11 @@ def outcome_breakdown(summary: RunSummary) -> dict[str, Any]:
             ),
             order=alt.Order("rank:Q"),
         )
-        .properties(title=_title("Outcome breakdown", summary), width=360)
+        .properties(
+            title=_title("Outcome breakdown", summary),
+            width=360,
+            padding=_label_padding([str(r["split"]) for r in rows] + ["split"]),
+        )
         .to_dict()
     )
     return spec

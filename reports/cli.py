@@ -1,8 +1,10 @@
-"""`backintel report RUN` and `backintel compare BASELINE CANDIDATE`.
+"""`backintel report RUN`, `backintel compare BASELINE CANDIDATE` and
+`backintel view RUN [BASELINE]`.
 
-`register(subparsers)` adds both to the `backintel` parser; `main(argv)` runs them alone.
+`register(subparsers)` adds them to the `backintel` parser; `main(argv)` runs them alone.
 Exit codes: report 0 (2 for an unreadable run folder); compare 0 accept, 1 reject,
-2 refused (different scenario or data hashes, or an unreadable run folder).
+2 refused (different scenario or data hashes, or an unreadable run folder); view 0 (2 for an
+unreadable run folder, or a comparison refused: the run view is written all the same).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def _report(args: argparse.Namespace) -> int:
         f"{files.summary.run.run_id}: {t.passed}/{t.attempted} attempted trials passed ({rate}), "
         f"{t.blocked} blocked, {t.not_run} not run"
     )
-    for path in (files.markdown, files.html, files.workbook):
+    for path in (files.markdown, files.html, files.workbook, files.view.index):
         print(f"wrote {path}")
     print(f"wrote {len(files.charts)} charts (SVG and PNG) in {files.markdown.parent / 'charts'}")
     return 0
@@ -53,8 +55,32 @@ def _compare(args: argparse.Namespace) -> int:
     return 0 if result.accepted else 1
 
 
+def _view(args: argparse.Namespace) -> int:
+    from reports.charts import render_charts  # altair, vl-convert: only when used
+    from reports.summary import summarize
+    from reports.view import write_view
+
+    try:
+        run = load_run(args.run)
+        baseline = load_run(args.baseline) if args.baseline else None
+        summary = summarize(run)
+        charts = render_charts(summary, run.path / "charts")
+        site = write_view(run, baseline, Path(args.out) if args.out else None, summary, charts)
+    except (RunFolderError, PriceTableError) as exc:
+        print(f"backintel view: {exc}", file=sys.stderr)
+        return 2
+    for banner in run.banners:
+        print(banner)
+    print(f"wrote {site.index} ({site.trials} trials; open it in a browser, no server needed)")
+    if site.refused:
+        print(f"backintel view: comparison refused: {site.refused}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def register(subparsers: Any, groups: dict[str, Any] | None = None) -> None:
-    """Add `report` and `compare` to the `backintel` subcommands (`add_subparsers()` result)."""
+    """Add `report`, `compare` and `view` to the `backintel` subcommands (an
+    `add_subparsers()` result)."""
     p = subparsers.add_parser("report", help="scorecard (md, html), charts and workbook for a run")
     p.add_argument("run", help="a run folder, results/<run-id>")
     p.add_argument("--out", default=None, help="write here instead of into the run folder")
@@ -65,6 +91,13 @@ def register(subparsers: Any, groups: dict[str, Any] | None = None) -> None:
     p.add_argument("baseline", help="the baseline run folder")
     p.add_argument("candidate", help="the candidate run folder")
     p.set_defaults(func=_compare)
+    p = subparsers.add_parser(
+        "view", help="a static site of every trial of a run, beside a baseline run if given"
+    )
+    p.add_argument("run", help="a run folder, results/<run-id>")
+    p.add_argument("baseline", nargs="?", default=None, help="a baseline run folder to compare")
+    p.add_argument("--out", default=None, help="write here instead of <run>/view/")
+    p.set_defaults(func=_view)
 
 
 def build_parser() -> argparse.ArgumentParser:

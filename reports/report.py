@@ -9,6 +9,7 @@ from reports.charts import ChartFile, render_charts
 from reports.load import load_run
 from reports.scorecard import write_scorecards
 from reports.summary import RunSummary, summarize
+from reports.view import ViewSite, write_view
 from reports.workbook import write_workbook
 
 __all__ = ["ReportFiles", "build_report"]
@@ -21,11 +22,12 @@ class ReportFiles:
     html: Path
     workbook: Path
     charts: list[ChartFile]
+    view: ViewSite
 
 
 def build_report(run_dir: Path | str, out_dir: Path | str | None = None) -> ReportFiles:
-    """Render `scorecard.md`, `scorecard.html`, `scorecard.xlsx` and `charts/*.{svg,png}`
-    for the run in `run_dir` (into `out_dir`, default the run folder itself)."""
+    """Render `scorecard.md`, `scorecard.html`, `scorecard.xlsx`, `charts/*.{svg,png}` and
+    the viewer `view/` for the run in `run_dir` (into `out_dir`, default the run folder)."""
     run = load_run(run_dir)
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
@@ -33,4 +35,5 @@ def build_report(run_dir: Path | str, out_dir: Path | str | None = None) -> Repo
     charts = render_charts(summary, target / "charts")
     md, html = write_scorecards(summary, charts, target)
     book = write_workbook(summary, target)
-    return ReportFiles(summary, md, html, book, charts)
+    view = write_view(run, out_dir=target / "view", summary=summary, charts=charts)
+    return ReportFiles(summary, md, html, book, charts, view)

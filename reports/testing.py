@@ -1,18 +1,20 @@
 """Write run folders by hand, in the harness's format: for tests, docs and demos.
 
 `record(...)` builds one `records.jsonl` line with every field the harness writes;
+`synthetic_records(n)` makes n varied ones (for the viewer's tests and benchmarks);
 `write_run(folder, header, records)` writes `run.json` and `records.jsonl`.
 """
 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 from pytest_backintel.records.writer import NO_USAGE_TRIAL
 
-__all__ = ["DATA_HASH", "header", "record", "write_run"]
+__all__ = ["DATA_HASH", "header", "record", "synthetic_records", "write_run"]
 
 DATA_HASH = "d" * 64
 
@@ -63,6 +65,8 @@ def record(
     tokens: tuple[int, int] | None = (0, 0),
     data_hash: str = DATA_HASH,
     sha: str | None = None,
+    question: str | None = None,
+    cost_usd: float | None = None,
 ) -> dict[str, Any]:
     """One trial record with the fields `write_record` and `TrialResult.to_record` write
     (`tokens=None`: the provider reported no usage)."""
@@ -85,6 +89,7 @@ def record(
         "level": level,
         "family": family,
         "answerable": answerable,
+        "question": question or f"How many {case.replace('_', ' ')}?",
         "world": "olist",
         "snapshot": "base",
         "data_hash": data_hash,
@@ -125,7 +130,46 @@ def record(
         "messages": [],
         "analyst_error": None,
         "latency_s": None if blocked else latency_s,
+        "cost_usd": None if blocked else cost_usd,
     }
+
+
+SYNTHETIC_OUTCOMES = (
+    *["pass"] * 6,
+    "wrong_value",
+    "wrong_value",
+    "missing_metric",
+    "unsupported_evidence",
+    "false_refusal",
+    "timeout",
+    "infra_error",
+)
+SYNTHETIC_FAMILIES = ("orders", "revenue", "repeat", "delivery", "reviews", "freight", "sellers")
+
+
+def synthetic_records(count: int, run_id: str = "run", seed: int = 0) -> list[dict[str, Any]]:
+    """`count` one-trial cases of varied outcome, split, level, family, latency, tokens and
+    cost; the same for the same seed."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        family, level = rng.choice(SYNTHETIC_FAMILIES), rng.randint(1, 6)
+        out.append(
+            record(
+                f"synthetic-{i:05d}",
+                rng.choice(SYNTHETIC_OUTCOMES),
+                trial=1,
+                split=rng.choice(("development", "development", "regression")),
+                level=level,
+                family=family,
+                run_id=run_id,
+                latency_s=round(rng.uniform(0.2, 40.0), 3),
+                tokens=(rng.randint(500, 60_000), rng.randint(50, 6_000)),
+                question=f"Synthetic case {i}: what is the {family} total at level {level}?",
+                cost_usd=round(rng.uniform(0.001, 0.5), 5),
+            )
+        )
+    return out
 
 
 def write_run(

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from stores.base import StoreError
+from stores.pyvalues import column_values
 
 __all__ = ["MEMORY_LIMIT", "Engine", "arrow", "cells", "clickhouse_type", "literal", "quote"]
 
@@ -167,9 +168,9 @@ def cells(table: pa.Table, declared: dict[str, str] | None = None) -> list[tuple
     """Rows as normalised Python values (see the module docstring)."""
     columns: list[list[Any]] = []
     for name, field, column in zip(table.column_names, table.schema, table.columns, strict=True):
-        values = column.to_pylist()
+        values = column_values(column)
         if pa.types.is_timestamp(field.type):
-            values = [v if v is None else _naive(v) for v in values]
+            values = [v if not isinstance(v, datetime) else _naive(v) for v in values]
         elif declared and field.type == pa.uint32() and "DateTime" in declared.get(name, ""):
             values = [None if v is None else _naive(datetime.fromtimestamp(v, UTC)) for v in values]
         columns.append([_plain(v) for v in values])

@@ -12,19 +12,23 @@ def _ident(name: str) -> str:
 
 
 def sweep_stale(dsn: str) -> list[str]:
-    """Drop the `bi_*` databases and roles whose owner comment names a process of this host
-    that is gone (`stores.owner.Owner.is_gone`); the names dropped. Others' live ones, and
-    anything without a backintel comment, are left alone."""
+    """Drop the `bi_*` databases and roles whose owner names a process of this host that is
+    gone (`stores.owner.Owner.is_gone`); the names dropped. A database's owner is in its
+    comment or, when a kill came before the comment, in the comment of the role that owns it
+    (`bi_<hex>_own`, created with its comment in one transaction). Others' live ones, and
+    anything without a backintel mark, are left alone."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
         dbs = admin.execute(
-            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
-            "WHERE datname LIKE 'bi\\_%'"
+            "SELECT d.datname, coalesce(shobj_description(d.oid, 'pg_database'), "
+            "shobj_description(d.datdba, 'pg_authid')) FROM pg_database d "
+            "WHERE d.datname LIKE 'bi\\_%'"
         ).fetchall()
         roles = admin.execute(
             "SELECT rolname, shobj_description(oid, 'pg_authid') FROM pg_roles "
-            "WHERE rolname LIKE 'bi\\_%\\_ro'"
+            "WHERE rolname LIKE 'bi\\_%\\_ro' OR rolname LIKE 'bi\\_%\\_own' "
+            "ORDER BY rolname LIKE '%\\_own'"
         ).fetchall()
         dropped = []
         for name, comment in dbs:
@@ -35,7 +39,11 @@ def sweep_stale(dsn: str) -> list[str]:
                 dropped.append(str(name))
         for name, comment in roles:
             owner = Owner.from_comment(comment)
-            if owner is not None and owner.is_gone() and str(name)[:-3] not in dropped:
+            if owner is None or not owner.is_gone() or str(name)[:-3] in dropped:
+                continue
+            try:  # an owner role that still owns something (not ours to judge) stays
                 admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name))}")
-                dropped.append(str(name))
+            except psycopg.errors.DependentObjectsStillExist:
+                continue
+            dropped.append(str(name))
     return dropped

@@ -22,9 +22,14 @@ catalog and tuple state: for every relation in `public` its name, kind, relfilen
 DELETE, TRUNCATE or DDL changes it; VACUUM (non-FULL), ANALYZE and hint bits do not. The
 asynchronous pg_stat counters are left out because they settle up to a second after a write.
 
-Each database and role carries its owner as a comment (`stores.owner`: host, boot id, pid and
-start time); `teardown_session` drops those this process created, and `setup_session` (and
-`backintel clean`, through `sweep_stale`) drops any left by a process on this host that is gone.
+Marks: every database is created owned by the process's owner role `bi_<hex>_own` (NOLOGIN),
+which is created together with its comment (`stores.owner`: host, boot id, pid and start time)
+in one transaction, and every item role is created with its comment in one transaction too. So
+whatever instant the harness is killed at, each `bi_` database and role on the server carries
+its owner, and `setup_session` (and `backintel clean`, through `sweep_stale`) drops those left
+by a process on this host that is gone; `teardown_session` drops this process's own. (CREATE
+DATABASE cannot run in a transaction: the owner role is its atomic mark; the database comment
+follows as before.)
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import hashlib
 import os
 import re
 import secrets
+import threading
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -59,6 +65,7 @@ from stores.base import (
     new_store_id,
 )
 from stores.caps import ResultCollector, cell_cap, postgres_capped_select, statement_body
+from stores.faults import fault_point
 from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
 from stores.pg_config import DEFAULT_DSN, INITDB
@@ -66,6 +73,7 @@ from stores.pg_conn import adbc_module, ident, query_error, with_db
 from stores.pg_sweep import sweep_stale
 from stores.pg_types import pg_type
 from stores.plans import postgres_tables_read
+from stores.pyvalues import column_values
 
 __all__ = ["PostgresStore", "ProvisionedPostgres", "pg_type"]
 
@@ -74,11 +82,12 @@ _READ_KEYWORDS = {"select", "with", "values", "table"}
 
 
 def _convert(table: pa.Table) -> list[tuple[Any, ...]]:
-    """Rows as Python values, NUMERIC (ADBC: text) converted to Decimal by column type."""
+    """Rows as Python values, NUMERIC (ADBC: text) converted to Decimal by column type, and a
+    value Python cannot hold (an infinite or far-future timestamp) as text (`column_values`)."""
     columns: list[list[Any]] = []
     for field, col in zip(table.schema, table.columns, strict=True):
         meta = field.metadata or {}
-        values = col.to_pylist()
+        values = column_values(col)
         if meta.get(b"POSTGRESQL:type") == b"numeric":
             values = [None if v is None else Decimal(v) for v in values]
         columns.append(values)
@@ -273,6 +282,10 @@ class PostgresStore(Store):
         self._owner = Owner.current()
         self._token = secrets.token_hex(4)
         self._host = self._owner.host
+        self.owner_role = f"bi_{self._token}_own"
+        """The NOLOGIN role that owns every database of this store (made on first use)."""
+        self._owner_role_made = False
+        self._lock = threading.Lock()
 
     @property
     def comment(self) -> str:
@@ -304,11 +317,26 @@ class PostgresStore(Store):
             return
         with self._admin() as admin:
             rows = admin.execute(
-                "SELECT datname FROM pg_database WHERE shobj_description(oid, 'pg_database') = %s",
-                (self.comment,),
+                "SELECT datname FROM pg_database WHERE shobj_description(oid, 'pg_database') = %s "
+                "OR datdba = (SELECT oid FROM pg_roles WHERE rolname = %s)",
+                (self.comment, self.owner_role),
             ).fetchall()
         for (name,) in rows:
             self.drop(str(name))
+        with self._admin() as admin:
+            admin.execute(f"DROP ROLE IF EXISTS {ident(self.owner_role)}")
+        self._owner_role_made = False
+
+    def _mark_owner(self, admin: Any) -> None:
+        """Create this process's owner role with its comment, atomically, once."""
+        with self._lock:
+            if self._owner_role_made:
+                return
+            with admin.transaction():
+                owner = ident(self.owner_role)
+                admin.execute(f"CREATE ROLE {owner} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+                admin.execute(f"COMMENT ON ROLE {owner} IS '{self.comment}'")
+            self._owner_role_made = True
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedPostgres:
         adbc = adbc_module()
@@ -318,11 +346,14 @@ class PostgresStore(Store):
         timeout_ms = int(self.statement_timeout_s * 1000)
         try:
             with self._admin() as admin:
-                admin.execute(f"CREATE DATABASE {db}")
+                self._mark_owner(admin)
+                admin.execute(f"CREATE DATABASE {db} OWNER {ident(self.owner_role)}")
+                fault_point("postgres-database-created")
                 admin.execute(f"COMMENT ON DATABASE {db} IS '{self.comment}'")
                 admin.execute(f"REVOKE ALL ON DATABASE {db} FROM PUBLIC")
-                admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
-                admin.execute(f"COMMENT ON ROLE {role} IS '{self.comment}'")
+                with admin.transaction():  # a role never exists without its mark
+                    admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+                    admin.execute(f"COMMENT ON ROLE {role} IS '{self.comment}'")
                 admin.execute(f"ALTER ROLE {role} SET statement_timeout = {timeout_ms}")
                 admin.execute(f"ALTER ROLE {role} SET default_transaction_read_only = on")
                 admin.execute(f"GRANT CONNECT ON DATABASE {db} TO {role}")

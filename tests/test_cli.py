@@ -98,3 +98,23 @@ def test_a_reader_that_stops_early_gets_no_traceback() -> None:
         os.close(write)
     assert done.returncode == 141, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_scoring_removes_its_folders_when_it_closes(tmp_path: Path) -> None:
+    from pytest_backintel.collect.loading import load_scenario_file
+    from pytest_backintel.collect.worlds import data_dir
+    from pytest_backintel.contract import parse_answer
+    from pytest_backintel.run.hand_score import HandScorer
+
+    root = Path(__file__).resolve().parents[1]
+    scenario = load_scenario_file(
+        root / "scenarios" / "definitions" / "level1" / "l1-delivered-orders.scenario.yaml"
+    )
+    data = data_dir(Path.cwd())
+    scorer = HandScorer(data)
+    scorer.score(scenario, parse_answer(answer(tmp_path, 1).read_text()))
+    pid = str(os.getpid())
+    mine = [data / "sandbox" / f"score-{pid}", data / "stores" / "sqlite" / pid]
+    assert all(p.is_dir() for p in mine), mine  # control: scoring made them
+    scorer.close()
+    assert [p for p in mine if p.exists()] == []

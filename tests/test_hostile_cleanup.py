@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,7 +21,8 @@ import pytest
 
 from pytest_backintel.cli.commands import main
 from pytest_backintel.run.cleanup import clean_stale
-from pytest_backintel.sandbox._process import PidsCgroup
+from pytest_backintel.sandbox.cgroup import RunCgroup
+from stores.faults import FAULT_ENV
 from stores.owner import OWNER_FILE, Owner, mark_folder
 from stores.postgres import DEFAULT_DSN
 
@@ -67,6 +69,33 @@ def leftovers(data: Path, pid: int) -> dict[str, list[str]]:
         "cgroups": sorted(str(p) for root in CGROUPS for p in root.glob(f"{pid}-*")),
     }
     return found
+
+
+def own_folders(data: Path, pid: int) -> list[Path]:
+    """The per-process store and sandbox folders of `pid`."""
+    return sorted([*data.glob(f"stores/*/{pid}"), *data.glob(f"sandbox/{pid}")])
+
+
+def test_a_graceful_stop_removes_its_folders(tmp_path: Path, data: Path) -> None:
+    (tmp_path / "hang_analyst.py").write_text(HANG)
+    ready = tmp_path / "ready.json"
+    env = os.environ | {"BACKINTEL_DATA_DIR": str(data), "HANG_READY": str(ready),
+                        "PYTHONPATH": str(tmp_path)}  # fmt: skip
+    run = pytest_run(tmp_path, "--analyst", "hang_analyst:factory", "--store", "sqlite", env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not (ready.exists() and leftovers(data, run.pid)["sandbox"]):
+            assert run.poll() is None, run.stdout.read().decode() if run.stdout else ""
+            assert time.monotonic() < deadline, "the run never reached the sandbox"
+            time.sleep(0.2)
+        assert own_folders(data, run.pid) != []  # control: the run made them
+        run.send_signal(signal.SIGINT)
+        out = run.communicate(timeout=120)[0].decode()
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode != 0, out
+    assert own_folders(data, run.pid) == [], out
 
 
 def databases(store_id: str) -> list[str]:
@@ -128,6 +157,7 @@ def test_next_run_removes_what_a_killed_run_left(
     out = second.communicate(timeout=600)[0].decode()
     assert second.returncode == 0, out
     assert leftovers(data, info["pid"]) == {"stores": [], "sandbox": [], "cgroups": []}
+    assert own_folders(data, second.pid) == []  # a clean exit removes its own
     assert not (data / "stores" / store / str(info["pid"])).exists()
     assert live.is_dir()
     if store == "postgres":
@@ -163,7 +193,7 @@ def test_backintel_clean_removes_only_gone_owners(
     elsewhere.mkdir(parents=True)  # named by a pid that is not running here, owned elsewhere
     (elsewhere / OWNER_FILE).write_text(json.dumps(
         {"host": "elsewhere", "boot": "", "pid": 5, "start": None}))  # fmt: skip
-    base = PidsCgroup.base()
+    base = RunCgroup.base()
     assert base is not None, "the hostile suite needs a writable pids cgroup hierarchy"
     (base / "backintel").mkdir(exist_ok=True)
     stale_group = base / "backintel" / f"{dead_pid}-cleantest"
@@ -186,7 +216,7 @@ def test_backintel_clean_removes_only_gone_owners(
         with contextlib.suppress(OSError):
             live_group.rmdir()
     # Gone: removed by this clean, or first by another xdist worker's session start, which
-    # sweeps the same stale cgroups with the same code (`PidsCgroup.sweep_stale`).
+    # sweeps the same stale cgroups with the same code (`RunCgroup.sweep_stale`).
     assert not stale_group.exists()
     assert f"removed cgroup {live_group}" not in out
     assert not gone.exists()
@@ -213,3 +243,66 @@ def test_a_stale_folder_another_session_removed_first_is_not_an_error(
     report = clean_stale(tmp_path, postgres=False)
     assert report.folders == [gone]
     assert not gone.exists()
+
+
+KILLED_AFTER_CREATE = """
+import sys
+from pathlib import Path
+import pyarrow as pa, pyarrow.parquet as pq
+from stores.base import DatasetFiles
+from stores.postgres import PostgresStore
+
+root = Path(sys.argv[1])
+(root / "parquet").mkdir(parents=True)
+pq.write_table(pa.table({"id": pa.array([1], pa.int64())}), root / "parquet" / "orders.parquet")
+store = PostgresStore(root / "work")
+store.setup_session()
+print(store.owner_role, flush=True)
+store.provision(DatasetFiles("kill", root / "parquet"))
+print("survived", flush=True)
+"""
+
+
+def marks(owner_role: str) -> list[tuple[str, str | None]]:
+    """The databases the role owns (with their comment), and the role itself."""
+    import psycopg
+
+    with psycopg.connect(DEFAULT_DSN, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT d.datname, shobj_description(d.oid, 'pg_database') FROM pg_database d "
+            "JOIN pg_roles r ON r.oid = d.datdba WHERE r.rolname = %s "
+            "UNION ALL SELECT rolname, 'role' FROM pg_roles WHERE rolname = %s",
+            (owner_role, owner_role),
+        ).fetchall()
+    return sorted((str(n), c) for n, c in rows)
+
+
+def test_a_kill_between_creating_and_marking_a_database_leaves_nothing_clean_misses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = os.environ | {FAULT_ENV: "postgres-database-created"}
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_CREATE, str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    owner_role = child.stdout.split()[0]
+    assert "survived" not in child.stdout
+    found = marks(owner_role)
+    assert (owner_role, "role") in found
+    ((database, comment),) = [f for f in found if f[1] != "role"]
+    assert comment is None  # killed before COMMENT ON DATABASE: only its owner role marks it
+    assert re.fullmatch(r"bi_[0-9a-f]{12}", database)
+    assert main(["clean", "--data-dir", str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
+    assert marks(owner_role) == []
+    assert database in out
+    assert owner_role in out
+    # control: without the fault the same program provisions and lives on
+    ok = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_CREATE + "store.teardown_session()\n",
+         str(tmp_path / "ok")], capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.split() == [ok.stdout.split()[0], "survived"]
+    assert marks(ok.stdout.split()[0]) == []  # the graceful end removed its own

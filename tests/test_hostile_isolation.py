@@ -21,7 +21,7 @@ from analyst.agent import OUTPUT_TOOL_NAMES, ModelAnalyst
 from analyst.tools import TOOL_RESULT_BYTES
 from pytest_backintel.analyst_api import AnalystLimits, AnalystTask
 from pytest_backintel.contract import AnalystAnswer
-from pytest_backintel.evidence.reexecute import reexecute
+from pytest_backintel.evidence.reexecute import EvidenceBudget, EvidenceClock, reexecute
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, ProvisionedStore, QueryRefused, Store
 from stores.registry import load_store_class
@@ -205,7 +205,9 @@ def through_evidence(item: ProvisionedStore, statements: list[str]) -> list[Any]
          "evidence": [{"id": f"e{i}", "kind": "sql", "code": s, "metrics": ["n"]}
                       for i, s in enumerate(statements)]}
     )  # fmt: skip
-    return reexecute(answer, SCENARIO, item)
+    # every attack is re-executed: no evidence budget cuts the list short
+    clock = EvidenceClock(EvidenceBudget(max_items=len(statements), time_s=3600))
+    return reexecute(answer, SCENARIO, item, clock=clock)
 
 
 def test_every_attack_is_refused_on_both_paths_and_nothing_changes(backend: Backend) -> None:

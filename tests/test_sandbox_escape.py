@@ -339,3 +339,127 @@ def test_no_process_survives_the_sandbox(bwrap: BwrapProvider, tmp_path: Path, e
     assert seen_during, "control: the marker processes were never visible on the host"
     assert result.limit_hit == (None if ending == "exit" else "wall_time")
     assert _host_pids_with(marker) == []
+
+
+# -- totals for the whole run (issue 28) --------------------------------------------------------
+
+TOTAL_LIMITS = Limits(
+    wall_time_s=30,
+    cpu_time_s=30,
+    memory_mb=1024,
+    max_processes=64,
+    max_file_size_mb=256,
+    disk_mb=512,
+)
+
+EIGHT_PROCESSES = (
+    "import multiprocessing as mp, time\n"
+    "def hold():\n"
+    "    x = bytearray(512 << 20)\n"
+    "    for i in range(0, len(x), 4096):\n"
+    "        x[i] = 1\n"
+    "    time.sleep(30)\n"
+    "if __name__ == '__main__':\n"
+    "    ps = [mp.get_context('fork').Process(target=hold) for _ in range(8)]\n"
+    "    [p.start() for p in ps]\n"
+    "    [p.join() for p in ps]\n"
+    "    print('all held', flush=True)\n"
+)
+FOUR_FILES = (
+    "block = b'x' * (1 << 20)\n"
+    "for n in range(4):\n"
+    "    with open(f'f{n}.bin', 'wb') as fh:\n"
+    "        for _ in range(256):\n"
+    "            fh.write(block)\n"
+    "print('all written', flush=True)\n"
+)
+
+
+@pytest.fixture(scope="module", params=["bwrap", "subprocess"])
+def totals(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BwrapProvider | SubprocessProvider]:
+    cls = BwrapProvider if request.param == "bwrap" else SubprocessProvider
+    with cls(tmp_path_factory.mktemp(f"totals-{request.param}"), limits=TOTAL_LIMITS) as prov:
+        assert prov.cgroup_mode, "this suite needs writable cgroups (it runs as root on CI)"
+        yield prov
+
+
+def test_eight_processes_of_512_mb_stop_at_the_total_memory_limit(
+    totals: BwrapProvider | SubprocessProvider, tmp_path: Path
+) -> None:
+    # Each process stays under the 1024 MB per-process limit; together they hold 4 GB.
+    with totals.open(None, tmp_path) as sandbox:
+        result = sandbox.exec(EIGHT_PROCESSES)
+    assert result.limit_hit == "memory", result
+    assert result.limit == "1024 MB of memory (per process and in total)"
+    assert "[stopped: memory limit reached (1024 MB of memory" in result.to_text()
+    assert "all held" not in result.stdout
+    assert result.duration_s < TOTAL_LIMITS.wall_time_s  # stopped at the limit, not the timer
+
+
+def test_two_processes_of_256_mb_fit_the_total(
+    totals: BwrapProvider | SubprocessProvider, tmp_path: Path
+) -> None:
+    code = EIGHT_PROCESSES.replace("512 << 20", "256 << 20").replace("range(8)", "range(2)")
+    code = code.replace("time.sleep(30)", "time.sleep(0.5)")
+    with totals.open(None, tmp_path) as sandbox:
+        result = sandbox.exec(code)
+    assert result.ok, result
+    assert result.stdout == "all held\n"
+
+
+def test_four_files_of_256_mb_stop_at_the_disk_limit(
+    totals: BwrapProvider | SubprocessProvider, tmp_path: Path
+) -> None:
+    with totals.open(None, tmp_path) as sandbox:
+        result = sandbox.exec(FOUR_FILES)
+        held = sum(p.stat().st_blocks * 512 for p in sandbox.workspace.rglob("*"))
+        again = sandbox.exec("import glob, os\nfor f in glob.glob('*.bin'):\n    os.remove(f)\n")
+        after = [p.name for p in sandbox.workspace.iterdir() if p.suffix == ".bin"]
+    assert result.limit_hit == "disk", result
+    assert result.limit == "512 MB of files in the workspace in total"
+    assert "all written" not in result.stdout
+    # Stopped near the limit: at most what a fast disk writes between two checks beyond it.
+    assert 512 << 20 < held < 768 << 20, held
+    assert again.ok, again  # the analyst can free the space again
+    assert after == []
+
+
+def test_files_within_the_disk_limit_are_not_reported(
+    totals: BwrapProvider | SubprocessProvider, tmp_path: Path
+) -> None:
+    with totals.open(None, tmp_path) as sandbox:
+        result = sandbox.exec(FOUR_FILES.replace("range(256)", "range(64)"))
+    assert result.ok, result
+    assert result.stdout == "all written\n"
+
+
+def test_the_tree_is_stopped_at_its_total_cpu_time(bwrap: BwrapProvider, tmp_path: Path) -> None:
+    # Four busy processes: each stays under its own 1 CPU second for a while, the tree does not.
+    code = (
+        "import os, time\n"
+        "for _ in range(3):\n"
+        "    if os.fork() == 0:\n"
+        "        break\n"
+        "end = time.monotonic() + 20\n"
+        "while time.monotonic() < end:\n"
+        "    pass\n"
+    )
+    with bwrap.open(None, tmp_path) as sandbox:
+        result = sandbox.exec(code, timeout=20)
+    assert result.limit_hit == "cpu_time", result
+    assert result.duration_s < 15
+
+
+def test_a_flood_of_empty_files_counts_against_the_disk_limit(
+    totals: BwrapProvider | SubprocessProvider, tmp_path: Path
+) -> None:
+    # Each file counts at least one 4 KiB block: 16 MB is 4096 empty files.
+    code = "import os\nfor n in range(100_000):\n    open(f'e{n}', 'w').close()\nprint('done')\n"
+    with totals.open(None, tmp_path) as sandbox:
+        result = sandbox.exec(code, limits=TOTAL_LIMITS.with_(disk_mb=16))
+        made = sum(1 for _ in sandbox.workspace.iterdir())
+    assert result.limit_hit == "disk", result
+    assert "done" not in result.stdout
+    assert 4096 < made < 100_000

@@ -105,7 +105,9 @@ class StoreBackends:
             self._stores[key] = store
         return self._stores[key]
 
-    def teardown(self) -> None:
+    def teardown(self) -> list[Path]:
+        """Tear every backend down; their per-process folders, for the caller to remove."""
         stores, self._stores = self._stores, {}
         for store in stores.values():
             store.teardown_session()
+        return [store.workdir for store in stores.values()]

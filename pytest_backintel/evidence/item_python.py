@@ -32,6 +32,8 @@ class ItemPython:
             return self._sandbox.exec(code).to_text()
         except SandboxError as exc:
             raise InfraError(f"the sandbox failed: {exc}") from exc
+        except Exception as exc:  # the harness's own code failed, not the analyst's program
+            raise InfraError.from_bug(exc, "run_python") from exc
 
     def evidence(self, code: str) -> Mapping[str, Any]:
         """Re-run Python evidence in a fresh sandbox; the JSON object it printed."""

@@ -8,10 +8,16 @@ noise). Evidence must also be derived from the store: SQL whose plan reads no ta
 unsupported, and every program runs again on the data probe (a perturbed copy of the data,
 `pytest_backintel.evidence.probe`) where its values must follow the data, i.e. agree with the
 evaluator's check query there under the metric's tolerance.
+
+An answer's evidence has a budget (`EvidenceBudget`): at most `max_items` items are re-executed
+(each one beyond is unsupported, naming the cap) and no run (an item, or an item on a probe)
+starts once `time_s` seconds of re-execution are spent (it is unsupported, naming the budget).
+A run already under way ends at its own limit (the statement limit, the sandbox's wall time).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -27,6 +33,8 @@ if TYPE_CHECKING:
     from pytest_backintel.evidence.probe import DataProbe
 
 __all__ = [
+    "EvidenceBudget",
+    "EvidenceClock",
     "EvidenceResult",
     "PythonRunner",
     "reexecute",
@@ -39,6 +47,55 @@ PythonRunner = Callable[[str], Mapping[str, Any]]
 
 class EvidenceRunError(Exception):
     """Evidence could not be run to completion; the message says why."""
+
+
+@dataclass(frozen=True)
+class EvidenceBudget:
+    """What re-executing one answer's evidence may cost."""
+
+    max_items: int = 20
+    """Evidence items re-executed per answer; each one beyond is unsupported."""
+    time_s: float = 120.0
+    """Seconds of re-execution (items and their probe runs) per answer; no run starts after."""
+
+    def __post_init__(self) -> None:
+        if self.max_items < 1 or not self.time_s > 0:
+            raise ValueError(f"an evidence budget needs max_items >= 1 and time_s > 0: {self}")
+
+
+class EvidenceClock:
+    """An answer's evidence budget and what its re-execution spent (recorded per trial)."""
+
+    def __init__(self, budget: EvidenceBudget) -> None:
+        self.budget = budget
+        self.started = time.monotonic()
+        self.items_run = 0
+        self.items_cited = 0
+        self.stopped_by: str | None = None
+        """'max_items' or 'time_s' when the budget stopped re-execution, else None."""
+
+    @property
+    def spent_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def check(self, what: str) -> None:
+        """Raise `EvidenceRunError` naming the budget when its time is spent before `what`."""
+        if self.spent_s >= self.budget.time_s:
+            self.stopped_by = self.stopped_by or "time_s"
+            raise EvidenceRunError(
+                f"not run: the evidence budget of {self.budget.time_s:g} s per answer "
+                f"(--evidence-timeout) was spent before {what}"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_items": self.budget.max_items,
+            "time_s": self.budget.time_s,
+            "spent_s": round(self.spent_s, 3),
+            "items_cited": self.items_cited,
+            "items_run": self.items_run,
+            "stopped_by": self.stopped_by,
+        }
 
 
 @dataclass
@@ -55,6 +112,9 @@ class EvidenceResult:
     """What the program produced for each cited metric."""
     reproduced: dict[str, bool] = field(default_factory=dict)
     details: dict[str, str] = field(default_factory=dict)
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    """Per data probe run: `probe` (1-based), `values` the evidence gave there, `expected`
+    what the data gives there, `followed` per metric, `error` when it failed to run."""
 
     @property
     def ok(self) -> bool:
@@ -71,6 +131,7 @@ class EvidenceResult:
             "values": jsonable(self.values),
             "reproduced": self.reproduced,
             "details": self.details,
+            "probes": self.probes,
         }
 
 
@@ -103,25 +164,37 @@ def _run_one(
 
 
 def _follows_data(
-    res: EvidenceResult, item: Evidence, scenario: Scenario, probe: DataProbe
+    res: EvidenceResult, item: Evidence, scenario: Scenario, probe: DataProbe, number: int
 ) -> None:
     """Run `item` on the probe; a cited value that is not what the data gives there fails."""
     expected, unknown = probe.check(scenario)
     if unknown is not None:
+        res.probes.append({"probe": number, "skipped": unknown})
         return  # the evaluator's own query cannot say; the harness, not the analyst, is short
     try:
         values, problems = _run_one(item, scenario, probe.session, probe.python())
     except (QueryError, EvidenceRunError) as exc:
+        res.probes.append({"probe": number, "error": str(exc)[:2000]})
         for name in item.metrics:
             res.reproduced[name] = False
             res.details[name] = f"on a perturbed copy of the data the evidence failed: {exc}"
         return
+    followed: dict[str, bool] = {}
+    res.probes.append(
+        {
+            "probe": number,
+            "values": jsonable({m: values.get(m) for m in item.metrics}),
+            "expected": jsonable({m: expected.get(m) for m in item.metrics}),
+            "followed": followed,
+        }
+    )
     for name in item.metrics:
         spec = scenario.metric(name)
         if spec is None or not res.reproduced.get(name):
             continue
         got = values.get(name)
         cmp = compare_metric(spec, expected.get(name), got) if name not in problems else None
+        followed[name] = cmp is not None and cmp.ok
         if cmp is None or not cmp.ok:
             why = problems.get(name) or (
                 f"it gave {jsonable(got)!r} where the data gives {jsonable(expected.get(name))!r}"
@@ -140,6 +213,7 @@ def _check_one(
     python: PythonRunner | None,
     probes: Sequence[DataProbe],
     reported: Mapping[str, Any],
+    clock: EvidenceClock,
 ) -> None:
     """Run one evidence item, compare its output with the answer, then on every probe."""
     with store.connect() as session:  # one session for the statement and its plan
@@ -166,9 +240,18 @@ def _check_one(
                     "re-execution gave a different value (expected: what it gave; got: what "
                     f"the answer reports): {cmp.detail}"
                 )
-    for probe in probes:
-        if any(res.reproduced.values()):
-            _follows_data(res, item, scenario, probe)
+    for number, probe in enumerate(probes, 1):
+        if not any(res.reproduced.values()):
+            continue
+        try:
+            clock.check("the evidence ran on the perturbed data")
+        except EvidenceRunError as exc:
+            res.probes.append({"probe": number, "error": str(exc)})
+            for name, ok in res.reproduced.items():
+                if ok:
+                    res.reproduced[name], res.details[name] = False, str(exc)
+            return
+        _follows_data(res, item, scenario, probe, number)
 
 
 def reexecute(
@@ -177,20 +260,34 @@ def reexecute(
     store: ProvisionedStore,
     python: PythonRunner | None = None,
     probes: Sequence[DataProbe] = (),
+    clock: EvidenceClock | None = None,
 ) -> list[EvidenceResult]:
-    """Re-run every evidence item of `answer`, compare with the reported values exactly, and
-    (on each of `probes`) check that the values are derived from the data."""
+    """Re-run the evidence items of `answer` within `clock`'s budget (default: the default
+    `EvidenceBudget`), compare with the reported values exactly, and (on each of `probes`)
+    check that the values are derived from the data."""
+    clock = clock or EvidenceClock(EvidenceBudget())
+    cap = clock.budget.max_items
+    clock.items_cited = len(answer.evidence)
     reported = {m.name: m.value for m in answer.metrics}
     results = []
-    for item in answer.evidence:
+    for index, item in enumerate(answer.evidence):
         res = EvidenceResult(item.id, item.kind, item.code, list(item.metrics))
+        results.append(res)
+        if index >= cap:
+            clock.stopped_by = clock.stopped_by or "max_items"
+            res.error = (
+                f"not run: the answer cites {len(answer.evidence)} evidence items and at most "
+                f"{cap} are re-executed per answer (--evidence-max-items)"
+            )
+            continue
         try:
-            _check_one(res, item, scenario, store, python, probes, reported)
+            clock.check(f"evidence {item.id} ran")
+            clock.items_run += 1
+            _check_one(res, item, scenario, store, python, probes, reported, clock)
         except (QueryError, EvidenceRunError) as exc:
             res.ran, res.error = False, str(exc)
         except RecursionError:
             res.ran, res.error = False, "the evidence output nests too deeply to be compared"
         except (TypeError, ValueError, ArithmeticError, KeyError) as exc:
             res.ran, res.error = False, f"the evidence output cannot be compared: {exc!r}"[:500]
-        results.append(res)
     return results

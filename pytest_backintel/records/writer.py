@@ -148,6 +148,7 @@ def trial_record(item: Any, outcome: str, where: dict[str, Any], backend: str) -
         "level": scenario.level,
         "family": scenario.family,
         "answerable": scenario.answerable,
+        "question": scenario.question,
         "world": scenario.dataset.world,
         "snapshot": scenario.dataset.snapshot,
         "backend": backend,

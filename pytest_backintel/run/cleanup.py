@@ -20,7 +20,7 @@ from pathlib import Path
 
 from stores.owner import read_folder_owner
 
-__all__ = ["CleanReport", "clean_stale", "register", "stale_folders"]
+__all__ = ["CleanReport", "clean_stale", "register", "remove_folder", "stale_folders"]
 
 
 @dataclass
@@ -49,17 +49,18 @@ def _gone(folder: Path) -> bool:
     inner = [o for c in folder.iterdir() if c.is_dir() and (o := read_folder_owner(c))]
     if inner:  # `sandbox/<pid>/backintel-sbx-*` carry the markers one level down
         return all(o.is_gone() for o in inner)
-    if folder.name.isdigit():
-        return not Path(f"/proc/{folder.name}").exists()
+    pid = folder.name.removeprefix("score-")  # `backintel score`'s sandbox folders
+    if pid.isdigit():
+        return not Path(f"/proc/{pid}").exists()
     return False
 
 
-def _remove(folder: Path) -> None:
+def remove_folder(folder: Path) -> None:
     """Delete `folder` without ever following a symlink: a sandbox workspace may hold links
     the payload planted (to the interpreter, to /etc), and only real directories under
     `folder` get write permission back so their entries can be unlinked. A folder another
     process removes first (two sessions starting side by side, e.g. shards) is simply gone."""
-    if folder.is_symlink():
+    if folder.is_symlink() or not folder.is_dir():
         return
     try:
         folder.chmod(0o700)
@@ -96,15 +97,15 @@ def _postgres(report: CleanReport, dry_run: bool) -> None:
 
 def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True) -> CleanReport:
     """Remove every artefact of a gone owner (see the module docstring)."""
-    from pytest_backintel.sandbox import PidsCgroup
+    from pytest_backintel.sandbox.cgroup import RunCgroup
 
     report = CleanReport()
     for folder in stale_folders(data_dir):
         if not dry_run:
-            _remove(folder)
+            remove_folder(folder)
         report.folders.append(folder)
     if not dry_run:
-        report.cgroups += PidsCgroup.sweep_stale()
+        report.cgroups += RunCgroup.sweep_stale()
     if postgres:
         _postgres(report, dry_run)
     return report

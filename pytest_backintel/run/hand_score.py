@@ -20,6 +20,7 @@ from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
 from pytest_backintel.evidence.item_python import evidence_runner
 from pytest_backintel.evidence.probe import Probes
 from pytest_backintel.evidence.reexecute import EvidenceResult, reexecute
+from pytest_backintel.run.cleanup import remove_folder
 from pytest_backintel.sandbox.base import SandboxProvider
 from pytest_backintel.sandbox.registry import create_provider
 from pytest_backintel.scenario import Scenario
@@ -100,10 +101,12 @@ class HandScorer:
         for store in stores.values():
             store.teardown()
         self.probes.teardown()
-        self.backends.teardown()
+        for folder in self.backends.teardown():
+            remove_folder(folder)
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
             self._sandboxes = None
+        remove_folder(self.data_dir / "sandbox" / f"score-{os.getpid()}")
 
 
 SCORED = {

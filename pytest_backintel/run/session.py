@@ -43,7 +43,7 @@ from pytest_backintel.records.writer import (
 from pytest_backintel.run._compat import upcoming_items
 from pytest_backintel.run.analysts import AnalystLoadError, load_analyst
 from pytest_backintel.run.budget import RunBudget
-from pytest_backintel.run.cleanup import clean_stale_in_background
+from pytest_backintel.run.cleanup import clean_stale_in_background, remove_folder
 from pytest_backintel.run.failure import ScenarioFailure
 from pytest_backintel.run.pipeline import LOOKAHEAD, TrialPipeline, trials_in_flight
 from pytest_backintel.run.resume import Resumption
@@ -407,11 +407,13 @@ class BenchSession:
         if self._tracing is not None:
             self._tracing.close()
         self.probes.teardown()
-        self.backends.teardown()
+        for folder in self.backends.teardown():
+            remove_folder(folder)
         if self._sweep is not None:
             self._sweep.join()
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
+        remove_folder(self.data_dir / "sandbox" / f"{os.getpid()}")  # also after Ctrl-C
         if not self.is_controller or not self.run_dir.exists():
             return
         records = merge_parts(self.run_dir) if any(self.run_dir.glob("parts/records-*")) else []

@@ -24,13 +24,18 @@ from pytest_backintel.analyst_api import (
 from pytest_backintel.contract import AnalystAnswer, Refusal
 from pytest_backintel.evidence.dialects import SOURCE_DIALECT, translate
 from pytest_backintel.evidence.probe import DataProbe
-from pytest_backintel.evidence.reexecute import EvidenceResult, reexecute
+from pytest_backintel.evidence.reexecute import (
+    EvidenceBudget,
+    EvidenceClock,
+    EvidenceResult,
+    reexecute,
+)
 from pytest_backintel.evidence.values import jsonable
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records.writer import NO_USAGE_TRIAL
 from pytest_backintel.run.watchdog import WatchdogTimeout, run_with_limit
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.scoring.refusals import countable_synonyms
+from pytest_backintel.scoring.refusals import countable_synonyms, refusal_verdict
 from pytest_backintel.scoring.rules import answer_rules
 from pytest_backintel.scoring.score import Reason, TrialScore, score_answer
 from pytest_backintel.tolerance import tolerance_for
@@ -58,6 +63,8 @@ class TrialResult:
     latency_s: float = 0.0
     fingerprint_before: dict[str, str] = field(default_factory=dict)
     fingerprint_after: dict[str, str] = field(default_factory=dict)
+    evidence_budget: dict[str, Any] | None = None
+    """The answer's evidence budget and what re-execution spent of it (`EvidenceClock`)."""
 
     def to_record(self) -> dict[str, Any]:
         """The JSON-safe part of a run record that describes this trial."""
@@ -77,8 +84,10 @@ class TrialResult:
                 for r in self.score.reasons
             ],
             "checks": [jsonable(asdict(c)) for c in self.score.checks],
+            "refusal": refusal_verdict(self.scenario, run.output if run else None),
             "answer": run.output.model_dump(mode="json") if run and run.output else None,
             "evidence": [e.to_json() for e in self.evidence],
+            "evidence_budget": self.evidence_budget,
             "usage": run.usage.to_json() if run else None,
             "warnings": [NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else [],
             "tool_calls": run.tool_calls if run else [],
@@ -160,6 +169,13 @@ def _ask(analyst: Analyst, task: AnalystTask) -> tuple[AnalystRun | None, Reason
     return run, None
 
 
+def _harness_bug(exc: Exception, where: str) -> TrialScore:
+    """`infra_error` for an unexpected exception out of the harness, with its traceback."""
+    return TrialScore.from_reasons(
+        [Reason(Outcome.INFRA_ERROR, str(InfraError.from_bug(exc, where)))]
+    )
+
+
 def run_trial(
     scenario: Scenario,
     trial: int,
@@ -214,17 +230,27 @@ def run_trial(
         assert run is not None
         assert run.output is not None
         if isinstance(run.output, AnalystAnswer):
+            budget = EvidenceBudget(limits.evidence_max_items, limits.evidence_time_s)
+            clock = EvidenceClock(budget)
             try:
+                chosen = probes() if probes is not None and run.output.evidence else ()
+                clock = EvidenceClock(budget)  # building the probes is the harness's time
                 result.evidence = reexecute(
                     run.output,
                     scenario,
                     store,
                     python.evidence if python else None,
-                    probes() if probes is not None and run.output.evidence else (),
+                    chosen,
+                    clock,
                 )
             except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
                 return result
+            except Exception as exc:  # the harness's own code failed: never the analyst's
+                result.score = _harness_bug(exc, "evidence re-execution")
+                return result
+            finally:
+                result.evidence_budget = clock.to_json()
         try:
             reference = load_reference(scenario) if scenario.answerable else {}
         except Exception as exc:  # a missing or stale reference is the harness's fault
@@ -232,7 +258,11 @@ def run_trial(
                 [Reason(Outcome.INFRA_ERROR, f"no usable reference: {exc}")]
             )
             return result
-        result.score = score_answer(scenario, run.output, result.evidence, reference)
+        try:
+            result.score = score_answer(scenario, run.output, result.evidence, reference)
+        except Exception as exc:
+            result.score = _harness_bug(exc, "scoring")
+            return result
     try:
         after = store.fingerprint()
     except StoreError as exc:

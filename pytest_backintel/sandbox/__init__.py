@@ -4,7 +4,6 @@ Backends (`bwrap`, `docker`, `subprocess`) are chosen by name through `load_prov
 `SandboxProvider` set up once per session that opens one `Sandbox` per item. See docs/sandbox.md.
 """
 
-from pytest_backintel.sandbox._process import PidsCgroup
 from pytest_backintel.sandbox.base import (
     STORE_DIR,
     WORKSPACE,
@@ -15,6 +14,7 @@ from pytest_backintel.sandbox.base import (
     SandboxProvider,
     SandboxUnavailable,
 )
+from pytest_backintel.sandbox.cgroup import RunCgroup
 from pytest_backintel.sandbox.limits import LimitHit, Limits
 
 __all__ = [
@@ -23,7 +23,7 @@ __all__ = [
     "ExecResult",
     "LimitHit",
     "Limits",
-    "PidsCgroup",
+    "RunCgroup",
     "Sandbox",
     "SandboxError",
     "SandboxPathError",

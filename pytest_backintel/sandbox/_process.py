@@ -1,8 +1,9 @@
 """Host side of one run: start the launcher, feed code, read capped output, kill on limits.
 
 `run_launcher` is shared by the bwrap and subprocess backends. The process tree is confined by a
-pids cgroup when this machine offers a writable one (`PidsCgroup.create`), which both caps
-processes and lets the host kill every member; otherwise RLIMIT_NPROC stands in.
+cgroup when this machine offers a writable one (`RunCgroup.create`), which caps processes and
+memory in total, counts the tree's CPU time and lets the host kill every member; otherwise
+RLIMIT_NPROC stands in. The host also watches the disk the run fills (`DiskWatch`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import selectors
 import signal
 import subprocess
@@ -18,14 +18,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pytest_backintel.sandbox.base import ExecResult, SandboxError
-from pytest_backintel.sandbox.limits import Limits, Observed, classify
+from pytest_backintel.sandbox.cgroup import RunCgroup
+from pytest_backintel.sandbox.disk import DiskWatch
+from pytest_backintel.sandbox.limits import HostKill, Limits, Observed, classify
 
 __all__ = [
     "OutputBuffer",
-    "PidsCgroup",
     "RawRun",
     "run_confined",
     "run_launcher",
@@ -35,109 +36,17 @@ __all__ = [
 
 _GRACE_S = 0.5
 """How long output is still collected after the launcher reported the payload's end."""
-_V1_ROOT = Path("/sys/fs/cgroup/pids")
-_V2_ROOT = Path("/sys/fs/cgroup")
+_JOIN = (
+    'n=$0; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; '
+    'exec "$@"'
+)
+"""Shell that writes its pid into each cgroup.procs file given, then execs the rest."""
+_POLL_S = 0.1
+"""How often the host checks the tree's memory, CPU and disk while it runs."""
 
 
 def truncate_marker(kept: int, total: int) -> str:
     return f"\n[... output truncated: {total - kept} more bytes not shown, limit {kept} bytes]\n"
-
-
-class PidsCgroup:
-    """A leaf pids cgroup for one run: caps processes+threads, records hits, kills members."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    @staticmethod
-    def base() -> Path | None:
-        """The writable pids hierarchy on this machine, or None (not root, or not delegated)."""
-        if (_V1_ROOT / "cgroup.procs").exists() and os.access(_V1_ROOT, os.W_OK):
-            return _V1_ROOT
-        controllers = _V2_ROOT / "cgroup.subtree_control"
-        with contextlib.suppress(OSError):
-            if "pids" in controllers.read_text().split() and os.access(_V2_ROOT, os.W_OK):
-                return _V2_ROOT
-        return None
-
-    @classmethod
-    def create(cls, max_pids: int) -> PidsCgroup | None:
-        base = cls.base()
-        if base is None:
-            return None
-        path = base / "backintel" / f"{os.getpid()}-{secrets.token_hex(4)}"
-        try:
-            path.mkdir(parents=True)
-            (path / "pids.max").write_text(str(max_pids))
-        except OSError:
-            return None
-        return cls(path)
-
-    @classmethod
-    def usable(cls) -> bool:
-        """Whether runs here can be confined in a pids cgroup; removes stale leaves first."""
-        cls.sweep_stale()
-        return cls.base() is not None
-
-    @classmethod
-    def sweep_stale(cls) -> list[Path]:
-        """Remove the leaf cgroups (`<owner pid>-<token>`) of harness processes that no longer
-        exist, killing any payload left inside first; the leaves removed. Leaves of live
-        processes (other sessions on this machine) are left alone."""
-        base = cls.base()
-        parent = None if base is None else base / "backintel"
-        if parent is None or not parent.is_dir():
-            return []
-        removed = []
-        for leaf in sorted(parent.iterdir()):
-            owner = leaf.name.partition("-")[0]
-            if leaf.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
-                group = cls(leaf)
-                with contextlib.suppress(OSError, SandboxError):
-                    group.kill_all()
-                group.remove()
-                if not leaf.exists():
-                    removed.append(leaf)
-        return removed
-
-    @property
-    def procs_file(self) -> Path:
-        return self.path / "cgroup.procs"
-
-    def limit_hit(self) -> bool:
-        with contextlib.suppress(OSError):
-            for line in (self.path / "pids.events").read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "max" and int(value) > 0:
-                    return True
-        return False
-
-    def members(self) -> list[int]:
-        try:
-            return [int(p) for p in self.procs_file.read_text().split()]
-        except OSError:
-            return []
-
-    def kill_all(self) -> None:
-        for _ in range(200):
-            pids = self.members()
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.005)
-        raise SandboxError(f"processes survive in {self.path} after SIGKILL: {self.members()}")
-
-    def remove(self) -> None:
-        for _ in range(100):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.01)  # members are still being reaped
 
 
 @dataclass
@@ -147,7 +56,7 @@ class RawRun:
     stdout_total: int
     stderr_total: int
     status: dict[str, Any] | None
-    killed_for: Literal["wall_time", "output"] | None
+    killed_for: HostKill | None
     exit_code: int
     duration_s: float
     pids_limit_hit: bool
@@ -180,7 +89,8 @@ def run_launcher(
     cwd: Path | None,
     status_fd: int,
     status_read: int,
-    cgroup: PidsCgroup | None,
+    cgroup: RunCgroup | None,
+    disk: DiskWatch | None = None,
 ) -> RawRun:
     """Run `argv` (which starts the launcher) to completion or until a limit, capturing output.
 
@@ -188,9 +98,9 @@ def run_launcher(
     `status_read` its read end; both are closed here.
     """
     cmd = list(argv)
-    if cgroup is not None:  # join the cgroup before exec so every descendant is inside it
-        cmd = ["/bin/sh", "-c", 'echo $$ > "$0" || exit 125; exec "$@"', str(cgroup.procs_file)]
-        cmd += list(argv)
+    if cgroup is not None:  # join the cgroups before exec so every descendant is inside them
+        files = [str(f) for f in cgroup.procs_files]
+        cmd = ["/bin/sh", "-c", _JOIN, str(len(files)), *files, *argv]
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -224,7 +134,7 @@ def run_launcher(
     sel.register(stdin_fd, selectors.EVENT_WRITE)
     open_fds = {*streams, status_read}
     deadline = start + limits.wall_time_s
-    killed_for: Literal["wall_time", "output"] | None = None
+    killed_for: HostKill | None = None
     grace = False
 
     def kill() -> None:
@@ -238,7 +148,7 @@ def run_launcher(
         if remaining <= 0:
             killed_for = None if grace else "wall_time"
             break
-        for key, _ in sel.select(timeout=min(remaining, 0.5)):
+        for key, _ in sel.select(timeout=min(remaining, _POLL_S)):
             fd = int(key.fd)
             if fd == stdin_fd:
                 try:
@@ -268,6 +178,9 @@ def run_launcher(
         if sum(s.total for s in streams.values()) > limits.output_kill_bytes:
             killed_for = "output"
             break
+        if (over := _over_a_total(cgroup, disk, limits)) is not None:
+            killed_for = over
+            break
     kill()  # whatever is left of the tree: a timed-out payload, or daemons it left behind
     sel.close()
     if not proc.stdin.closed:
@@ -296,6 +209,7 @@ def run_launcher(
         exit_code=exit_code,
         duration_s=time.monotonic() - start,
         pids_limit_hit=cgroup.limit_hit() if cgroup is not None else False,
+        oom_killed=cgroup.oom_kills() > 0 if cgroup is not None else False,
         launcher_started=started,
     )
 
@@ -310,10 +224,12 @@ def run_confined(
     status_fd: int,
     status_read: int,
     cgroup_mode: bool,
+    writable: Sequence[Path] = (),
 ) -> ExecResult:
-    """`run_launcher` in a fresh pids cgroup (when `cgroup_mode`, killed and removed after),
-    its raw run turned into an `ExecResult`."""
-    cgroup = PidsCgroup.create(limits.max_processes) if cgroup_mode else None
+    """`run_launcher` in a fresh cgroup (when `cgroup_mode`, killed and removed after), with
+    the host folders in `writable` watched for the disk limit; the raw run as an `ExecResult`."""
+    cgroup = RunCgroup.create(limits.max_processes, limits.memory_mb) if cgroup_mode else None
+    disk = DiskWatch(writable, limits.disk_mb * 1024 * 1024) if writable else None
     try:
         raw = run_launcher(
             argv,
@@ -324,12 +240,28 @@ def run_confined(
             status_fd=status_fd,
             status_read=status_read,
             cgroup=cgroup,
+            disk=disk,
         )
     finally:
         if cgroup is not None:
             cgroup.kill_all()
             cgroup.remove()
     return to_result(raw, limits)
+
+
+def _over_a_total(
+    cgroup: RunCgroup | None, disk: DiskWatch | None, limits: Limits
+) -> HostKill | None:
+    """The total the tree has gone past (memory, CPU time, disk), or None."""
+    if cgroup is not None:
+        if cgroup.oom_kills() > 0:
+            return "memory"
+        cpu = cgroup.cpu_s()
+        if cpu is not None and cpu > limits.cpu_time_s:
+            return "cpu_time"
+    if disk is not None and disk.over():
+        return "disk"
+    return None
 
 
 def _parse_status(data: bytes) -> dict[str, Any] | None:
@@ -373,12 +305,14 @@ def to_result(raw: RawRun, limits: Limits) -> ExecResult:
     )
     if returncode is None:
         returncode = -signal.SIGKILL
+    hit = classify(observed, limits)
     return ExecResult(
         returncode=int(returncode),
         stdout=stdout,
         stderr=stderr,
         stdout_truncated=raw.stdout_total > len(raw.stdout),
         stderr_truncated=raw.stderr_total > len(raw.stderr),
-        limit_hit=classify(observed, limits),
+        limit_hit=hit,
         duration_s=round(raw.duration_s, 4),
+        limit=None if hit is None else limits.describe(hit),
     )

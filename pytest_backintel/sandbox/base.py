@@ -69,6 +69,8 @@ class ExecResult:
     stderr_truncated: bool
     limit_hit: LimitHit | None
     duration_s: float
+    limit: str | None = None
+    """The limit that was hit, with its value (`Limits.describe`), or None."""
 
     @property
     def ok(self) -> bool:
@@ -83,7 +85,8 @@ class ExecResult:
         if self.stderr:
             parts.append("[stderr]\n" + self.stderr.rstrip("\n"))
         if self.limit_hit is not None:
-            parts.append(f"[stopped: {self.limit_hit} limit reached]")
+            value = f" ({self.limit})" if self.limit else ""
+            parts.append(f"[stopped: {self.limit_hit} limit reached{value}]")
         elif self.returncode != 0:
             parts.append(f"[exit code {self.returncode}]")
         if not parts:

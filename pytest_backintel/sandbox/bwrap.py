@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pytest_backintel.sandbox._process import PidsCgroup, run_confined
+from pytest_backintel.sandbox._process import run_confined
 from pytest_backintel.sandbox._shipped import (
     BIN_INSIDE,
     LIB_INSIDE,
@@ -38,6 +38,7 @@ from pytest_backintel.sandbox.base import (
     SandboxUnavailable,
     store_inside,
 )
+from pytest_backintel.sandbox.cgroup import RunCgroup
 from pytest_backintel.sandbox.limits import Limits
 
 __all__ = ["BwrapProvider", "BwrapSandbox", "find_bwrap"]
@@ -94,7 +95,8 @@ class BwrapSandbox(ProviderSandbox):
 
 
 class BwrapProvider(SandboxProvider):
-    """bubblewrap sandboxes; processes are capped by a pids cgroup when one is writable."""
+    """bubblewrap sandboxes; the tree's processes, memory and CPU time are capped in total by a
+    cgroup when one is writable."""
 
     name: ClassVar[str] = "bwrap"
     bwrap_path: ClassVar[str] = "bwrap"
@@ -125,7 +127,7 @@ class BwrapProvider(SandboxProvider):
                 "user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone=1, "
                 "or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0)"
             )
-        self.cgroup_mode = PidsCgroup.usable()
+        self.cgroup_mode = RunCgroup.usable()
 
     def _root_base(self) -> list[str]:
         return _root_args(self._base, self._interpreter, self._site, self._shipped)
@@ -185,11 +187,12 @@ class BwrapProvider(SandboxProvider):
             status_fd=write_fd,
             status_read=read_fd,
             cgroup_mode=self.cgroup_mode,
+            writable=(workspace,),
         )
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
-        info["process_limit"] = "pids cgroup" if getattr(self, "cgroup_mode", False) else "nproc"
+        info["process_limit"] = "cgroup" if getattr(self, "cgroup_mode", False) else "nproc"
         return info
 
 

@@ -41,6 +41,7 @@ from pytest_backintel.sandbox.base import (
     SandboxProvider,
     SandboxUnavailable,
 )
+from pytest_backintel.sandbox.disk import DiskWatch
 from pytest_backintel.sandbox.limits import Limits
 
 __all__ = ["DEFAULT_IMAGE", "DockerProvider", "DockerSandbox"]
@@ -167,16 +168,27 @@ class DockerProvider(SandboxProvider):
         except Exception as exc:
             raise SandboxError(f"docker could not create the sandbox container: {exc}") from exc
         try:
-            return self._follow(container, limits, run_dir, start)
+            return self._follow(container, limits, run_dir, start, workspace)
         finally:
             try:
                 container.remove(force=True)
             except Exception as exc:
                 raise SandboxError(f"docker could not remove container {container.id}") from exc
 
-    def _follow(self, container: Any, limits: Limits, run_dir: Path, start: float) -> RawRun:
+    def _follow(
+        self, container: Any, limits: Limits, run_dir: Path, start: float, workspace: Path
+    ) -> RawRun:
         out, err = OutputBuffer(limits.max_output_bytes), OutputBuffer(limits.max_output_bytes)
         killed: list[str] = []
+        disk = DiskWatch([workspace], limits.disk_mb * 1024 * 1024)
+        done = threading.Event()
+
+        def watch_disk() -> None:
+            while not done.wait(0.1):
+                if disk.over() and not killed:
+                    killed.append("disk")
+                    container.kill()
+                    return
 
         def pump() -> None:
             for chunk_out, chunk_err in container.attach(
@@ -189,8 +201,10 @@ class DockerProvider(SandboxProvider):
                     container.kill()
 
         reader = threading.Thread(target=pump, daemon=True)
+        watcher = threading.Thread(target=watch_disk, daemon=True)
         container.start()
         reader.start()
+        watcher.start()
         exit_code = -9
         try:
             exit_code = int(container.wait(timeout=limits.wall_time_s)["StatusCode"])
@@ -198,7 +212,9 @@ class DockerProvider(SandboxProvider):
             if not killed:
                 killed.append("wall_time")
             container.kill()
+        done.set()
         reader.join(timeout=5)
+        watcher.join(timeout=5)
         container.reload()
         status_file = run_dir / "status.json"
         lines = status_file.read_text().splitlines() if status_file.exists() else []
@@ -211,7 +227,13 @@ class DockerProvider(SandboxProvider):
             stdout_total=out.total,
             stderr_total=err.total,
             status=status,
-            killed_for="output" if kind == "output" else "wall_time" if kind else None,
+            killed_for="output"
+            if kind == "output"
+            else "disk"
+            if kind == "disk"
+            else "wall_time"
+            if kind
+            else None,
             exit_code=exit_code,
             duration_s=time.monotonic() - start,
             pids_limit_hit=False,

@@ -1,9 +1,10 @@
 """Resource limits of one sandbox execution and how a breach is recognised afterwards.
 
-Every backend enforces the same `Limits`: rlimits applied by the launcher to the payload (CPU,
-data segment, address space, file size, open files, and processes where no pids cgroup exists),
-a wall-clock timer and an output cap kept by the host, and a process cap (pids cgroup, or the
-engine's pids limit). `classify` turns what was observed into one `LimitHit` name.
+Every backend enforces the same `Limits`: rlimits applied by the launcher to each process (CPU,
+data segment, address space, file size, open files, and processes where no cgroup exists), a
+wall-clock timer and an output cap kept by the host, totals for the whole process tree
+(processes, resident memory and CPU time through a cgroup, or the engine's limits) and the disk
+the run fills (watched by the host). `classify` turns what was observed into one `LimitHit` name.
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-__all__ = ["LIMIT_NAMES", "LimitHit", "Limits", "Observed", "classify"]
+__all__ = ["LIMIT_NAMES", "HostKill", "LimitHit", "Limits", "Observed", "classify"]
 
-LimitHit = Literal["wall_time", "cpu_time", "memory", "processes", "file_size", "output"]
+LimitHit = Literal["wall_time", "cpu_time", "memory", "processes", "file_size", "disk", "output"]
 LIMIT_NAMES: tuple[LimitHit, ...] = (
     "wall_time",
     "cpu_time",
     "memory",
     "processes",
     "file_size",
+    "disk",
     "output",
 )
+HostKill = Literal["wall_time", "output", "memory", "cpu_time", "disk"]
+"""The limits at which the host itself kills the whole tree."""
 
 _MB = 1024 * 1024
 
@@ -45,9 +49,11 @@ class Limits:
     wall_time_s: float = 60.0
     """Wall-clock seconds before the whole process tree is killed."""
     cpu_time_s: int = 60
-    """CPU seconds per process (RLIMIT_CPU): SIGXCPU at the limit, SIGKILL one second later."""
+    """CPU seconds per process (RLIMIT_CPU: SIGXCPU at the limit, SIGKILL one second later)
+    and of the whole tree in total (counted by the cgroup; the host kills the tree)."""
     memory_mb: int = 2048
-    """Heap and private writable memory (RLIMIT_DATA); allocation beyond it fails."""
+    """Heap and private writable memory per process (RLIMIT_DATA; allocation beyond it fails),
+    and everything the whole tree holds resident in total (the cgroup's memory limit)."""
     address_space_headroom_mb: int = 2048
     """RLIMIT_AS is memory_mb plus this: bounds shared mappings that RLIMIT_DATA does not count
     while leaving room for the virtual reservations of polars, duckdb and thread stacks."""
@@ -55,6 +61,9 @@ class Limits:
     """Processes and threads at once (pids cgroup, else RLIMIT_NPROC)."""
     max_file_size_mb: int = 256
     """The largest file the payload may write (RLIMIT_FSIZE)."""
+    disk_mb: int = 1024
+    """All the files the workspace may hold at once (watched by the host, which kills the tree
+    once a run grows the workspace past it)."""
     max_open_files: int = 256
     """RLIMIT_NOFILE."""
     max_output_bytes: int = 64 * 1024
@@ -97,6 +106,19 @@ class Limits:
             limits["RLIMIT_NPROC"] = [self.max_processes, self.max_processes]
         return limits
 
+    def describe(self, hit: LimitHit) -> str:
+        """The limit `hit` as the record and the analyst read it."""
+        text = {
+            "wall_time": f"{self.wall_time_s:g} s of wall time",
+            "cpu_time": f"{self.cpu_time_s} CPU seconds (per process and in total)",
+            "memory": f"{self.memory_mb} MB of memory (per process and in total)",
+            "processes": f"{self.max_processes} processes and threads at once",
+            "file_size": f"{self.max_file_size_mb} MB per file",
+            "disk": f"{self.disk_mb} MB of files in the workspace in total",
+            "output": f"{self.output_kill_bytes} bytes of output",
+        }
+        return text[hit]
+
     def thread_env(self) -> dict[str, str]:
         """Environment that sizes the thread pools of the data libraries."""
         n = str(self.threads)
@@ -116,7 +138,7 @@ class Limits:
 class Observed:
     """What the host saw of one run, the input of `classify`."""
 
-    killed_for: Literal["wall_time", "output"] | None
+    killed_for: HostKill | None
     returncode: int | None
     """The payload's return code (negative signal number), None when it never reported."""
     signal: int | None

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from pytest_backintel.sandbox._process import PidsCgroup, run_confined
+from pytest_backintel.sandbox._process import run_confined
 from pytest_backintel.sandbox._shipped import (
     launcher_spec,
     python_paths,
@@ -22,6 +22,7 @@ from pytest_backintel.sandbox._shipped import (
     write_shipped,
 )
 from pytest_backintel.sandbox.base import ExecResult, ProviderSandbox, SandboxProvider
+from pytest_backintel.sandbox.cgroup import RunCgroup
 from pytest_backintel.sandbox.limits import Limits
 
 __all__ = ["UNSAFE_WARNING", "SubprocessProvider", "SubprocessSandbox"]
@@ -57,7 +58,7 @@ class SubprocessProvider(SandboxProvider):
         # The harness's own (venv) interpreter: it does not load the base install's .pth files.
         self._interpreter = Path(sys.executable)
         self._shipped = write_shipped(self.session_dir / "shipped", self._interpreter)
-        self.cgroup_mode = PidsCgroup.usable()
+        self.cgroup_mode = RunCgroup.usable()
 
     def open(self, store_mount: Path | None, workdir: Path | None = None) -> SubprocessSandbox:
         store = self._mount(store_mount)
@@ -96,4 +97,5 @@ class SubprocessProvider(SandboxProvider):
             status_fd=write_fd,
             status_read=read_fd,
             cgroup_mode=self.cgroup_mode,
+            writable=(workspace,),
         )

@@ -10,13 +10,16 @@ something is missing. A refusal whose text gives a value for the metric it canno
 from __future__ import annotations
 
 import re
+from typing import Any
 
+from pytest_backintel.contract import AnalystAnswer, Refusal
 from pytest_backintel.scenario import Scenario
 
 __all__ = [
     "GENERIC_SYNONYMS",
     "countable_synonyms",
     "names_concept",
+    "refusal_verdict",
     "stated_value",
     "stems",
 ]
@@ -141,3 +144,22 @@ def _quoted(phrase: str, question: str) -> bool:
     """True when `phrase` is the question's own words (a refusal may quote its rules)."""
     fold = re.compile(r"\s+")
     return fold.sub(" ", phrase.casefold()) in fold.sub(" ", question.casefold())
+
+
+def refusal_verdict(
+    scenario: Scenario, output: AnalystAnswer | Refusal | None
+) -> dict[str, Any] | None:
+    """For an unanswerable case, what its record shows of the refusal check: the metric that
+    must not be invented and, per declared concept, the synonyms that count and whether the
+    refusal's `missing` named one (None for an answerable case)."""
+    if scenario.refusal is None:
+        return None
+    missing = " ".join(output.missing) if isinstance(output, Refusal) else ""
+    return {
+        "forbidden_metric": scenario.refusal.forbidden_metric,
+        "refused": isinstance(output, Refusal),
+        "concepts": [
+            {"synonyms": group, "named": bool(group) and names_concept(missing, group)}
+            for group in countable_synonyms(scenario)
+        ],
+    }
