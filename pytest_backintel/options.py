@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ import pytest
 
 from pytest_backintel.analyst_api import AnalystKind, AnalystLimits
 from pytest_backintel.sandbox.registry import default_sandbox
+from pytest_backintel.scenario import SOURCE_KINDS
 
 __all__ = [
     "CALIBRATION_ANALYSTS",
@@ -22,6 +24,7 @@ __all__ = [
     "RunLimits",
     "add_options",
     "analyst_label",
+    "parse_rebinding",
     "read_options",
     "spec_kind",
 ]
@@ -164,6 +167,27 @@ def analyst_spec(value: str) -> str:
     return value
 
 
+def parse_rebinding(text: str) -> tuple[str, dict[str, str]]:
+    """`shop=postgres:SHOP_DSN` -> ("shop", {"postgres": "SHOP_DSN"}); ValueError naming what
+    is allowed."""
+    alias, eq, rest = text.partition("=")
+    kind, colon, source = rest.partition(":")
+    if not (eq and colon and alias.strip() and source.strip()) or kind not in SOURCE_KINDS:
+        raise ValueError(
+            f"--dataset {text!r}: give ALIAS=KIND:SOURCE, KIND one of {', '.join(SOURCE_KINDS)} "
+            "(e.g. shop=postgres:SHOP_DSN or shop=parquet:exports/)"
+        )
+    return alias.strip(), {kind: source.strip()}
+
+
+def rebinding(value: str) -> tuple[str, dict[str, str]]:
+    """`--dataset ALIAS=KIND:SOURCE`: rebind a suite's dataset alias for this run."""
+    try:
+        return parse_rebinding(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("backintel", "BackIntel Bench: measure data-analyst agents")
     group.addoption(
@@ -185,6 +209,15 @@ def add_options(parser: pytest.Parser) -> None:
         help="OpenAI-compatible server URL (Ollama, vLLM, llama.cpp)",
     )
     group.addoption("--store", default="sqlite", help="store backend for every scenario")
+    group.addoption(
+        "--dataset",
+        type=rebinding,
+        action="append",
+        default=[],
+        metavar="ALIAS=KIND:SOURCE",
+        help="rebind a dataset alias of the suite files for this run (recorded in run.json), "
+        "e.g. shop=postgres:SHOP_DSN or shop=parquet:exports/",
+    )
     group.addoption(
         "--sandbox",
         default=None,

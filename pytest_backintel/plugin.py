@@ -10,13 +10,21 @@ import pytest
 
 from pytest_backintel.collect.backends import check_stores
 from pytest_backintel.collect.install import shadowed_packages
-from pytest_backintel.collect.items import RUNNER_KEY, ScenarioFile, ScenarioItem, is_scenario_file
+from pytest_backintel.collect.items import (
+    RUNNER_KEY,
+    ScenarioFile,
+    ScenarioItem,
+    binding_lines,
+    is_scenario_file,
+)
 from pytest_backintel.collect.manifests import ManifestFile, is_manifest
+from pytest_backintel.collect.suites import rebind
 from pytest_backintel.evidence.item_python import ItemPython
 from pytest_backintel.options import add_options
 from pytest_backintel.records.html_report import HtmlReport, header_lines, summary_lines
 from pytest_backintel.records.live import LIVE
 from pytest_backintel.run import heap
+from pytest_backintel.run.lock_check import check_collected, check_worker_ids
 from pytest_backintel.run.progress import Progress
 from pytest_backintel.run.session import SESSION_KEY, BenchSession
 from stores.base import ProvisionedStore
@@ -56,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("\n".join(problems))
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
+    rebind(dict(config.getoption("--dataset") or []), config.invocation_params.dir)
     bench = config.stash[SESSION_KEY] = config.stash[RUNNER_KEY] = BenchSession(config)
     heap.hold()
     config.add_cleanup(heap.release)
@@ -94,7 +103,14 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Fil
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     check_stores(items, config.stash[SESSION_KEY].options.store)
+    check_collected(config, items, config.stash[SESSION_KEY].dataset)  # before any request
     config.stash[SESSION_KEY].prepare_items(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist controller: the references checked before the scheduler sends any item."""
+    check_worker_ids(node.config, ids, node.config.stash[SESSION_KEY].dataset)
 
 
 @pytest.hookimpl(trylast=True)
@@ -102,8 +118,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     heap.freeze_after_collection(any(isinstance(i, ScenarioItem) for i in session.items))
 
 
-def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
-    return config.stash[SESSION_KEY].reserved_note
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+    bench = config.stash[SESSION_KEY]
+    return binding_lines(items, bench.options.store) + bench.reserved_note
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -256,7 +256,11 @@ class Scenario(_Strict):
             if self.refusal is not None:
                 raise ValueError("`refusal` belongs to unanswerable scenarios only")
             if not self.check_sql:
-                raise ValueError("an answerable scenario needs `check_sql`")
+                raise ValueError(
+                    "an answerable scenario needs `reference: {sql: ...}`, the query that "
+                    "computes its answer (`values` or `python` may be given beside it; over a "
+                    "registered world, `check_sql`)"
+                )
         else:
             if self.refusal is None:
                 raise ValueError("an unanswerable scenario needs `refusal`")

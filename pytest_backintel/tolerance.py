@@ -142,44 +142,81 @@ def _compare_rows(
     return Comparison(True)
 
 
-def compare_table(spec: MetricSpec, expected: Any, got: Any, exact: bool = False) -> Comparison:
-    """Row by row: same row count, rows matched by key (or position when ordered/keyless)."""
-    if not isinstance(got, list) or not all(isinstance(r, dict) for r in got):
-        return Comparison(False, f"expected rows (a list of objects), got {type(got).__name__}")
-    if not isinstance(expected, list):
-        return Comparison(False, "reference is not a table")
-    if len(got) != len(expected):
-        return Comparison(False, f"expected {len(expected)} rows, got {len(got)}")
-    if spec.ordered or not spec.key:
-        pairs = list(zip(expected, got, strict=True))
-        if not spec.ordered:
-            keyed = [c.name for c in spec.columns]
-            pairs = list(
-                zip(
-                    sorted(expected, key=lambda r: _row_key(r, keyed)),
-                    sorted(got, key=lambda r: _row_key(r, keyed)),
-                    strict=True,
-                )
-            )
-        for i, (e, g) in enumerate(pairs, 1):
-            cmp = _compare_rows(spec.columns, e, g, spec.normalize, f"row {i}", exact)
-            if not cmp.ok:
-                return cmp
-        return Comparison(True)
-    by_key = {}
+SHOWN_ROWS = 5
+"""How many missing, extra or changed rows a table failure lists of each."""
+
+
+def _listed(what: str, items: list[str]) -> str:
+    more = f" and {len(items) - SHOWN_ROWS} more" if len(items) > SHOWN_ROWS else ""
+    return f"{len(items)} {what}: {'; '.join(items[:SHOWN_ROWS])}{more}"
+
+
+def _keyed(spec: MetricSpec, expected: list[Any], got: list[Any], exact: bool) -> Comparison:
+    """Rows matched by key: every missing, extra and changed row (bounded), and for an
+    ordered table the order."""
+    by_key: dict[tuple[str, ...], dict[str, Any]] = {}
     for row in got:
         k = _row_key(row, spec.key)
         if k in by_key:
             return Comparison(False, f"key {dict(zip(spec.key, k, strict=True))} appears twice")
         by_key[k] = row
-    for e in expected:
-        k = _row_key(e, spec.key)
-        if k not in by_key:
-            return Comparison(False, f"row with key {dict(zip(spec.key, k, strict=True))} missing")
-        cmp = _compare_rows(spec.columns, e, by_key[k], spec.normalize, f"row {k}", exact)
+    wanted = {_row_key(e, spec.key): e for e in expected}
+
+    def name(row: dict[str, Any]) -> str:
+        return str({k: row.get(k) for k in spec.key})
+
+    missing = [name(e) for k, e in wanted.items() if k not in by_key]
+    extra = [name(g) for k, g in by_key.items() if k not in wanted]
+    changed = []
+    for k, e in wanted.items():
+        if k in by_key:
+            cmp = _compare_rows(spec.columns, e, by_key[k], spec.normalize, f"row {name(e)}", exact)
+            if not cmp.ok:
+                changed.append(cmp.detail)
+    parts = []
+    if missing:
+        parts.append(_listed("missing row(s) with key", missing))
+    if extra:
+        parts.append(_listed("extra row(s) with key", extra))
+    if changed:
+        parts.append(_listed("changed row(s)", changed))
+    if not parts and spec.ordered:
+        order = [_row_key(r, spec.key) for r in got]
+        if order != list(wanted):
+            shown = [name(e) for e in expected][:SHOWN_ROWS]
+            parts.append(f"rows out of order: expected {', '.join(shown)}")
+    if len(got) != len(expected):
+        parts.insert(0, f"expected {len(expected)} rows, got {len(got)}")
+    return Comparison(not parts, "; ".join(parts))
+
+
+def compare_table(spec: MetricSpec, expected: Any, got: Any, exact: bool = False) -> Comparison:
+    """Row by row: rows matched by key (or position when ordered and keyless, or sorted when
+    keyless); a failure lists the missing, extra and changed rows, a few of each."""
+    if not isinstance(got, list) or not all(isinstance(r, dict) for r in got):
+        return Comparison(False, f"expected rows (a list of objects), got {type(got).__name__}")
+    if not isinstance(expected, list):
+        return Comparison(False, "reference is not a table")
+    if spec.key:
+        return _keyed(spec, expected, got, exact)
+    if len(got) != len(expected):
+        return Comparison(False, f"expected {len(expected)} rows, got {len(got)}")
+    pairs = list(zip(expected, got, strict=True))
+    if not spec.ordered:
+        keyed = [c.name for c in spec.columns]
+        pairs = list(
+            zip(
+                sorted(expected, key=lambda r: _row_key(r, keyed)),
+                sorted(got, key=lambda r: _row_key(r, keyed)),
+                strict=True,
+            )
+        )
+    changed = []
+    for i, (e, g) in enumerate(pairs, 1):
+        cmp = _compare_rows(spec.columns, e, g, spec.normalize, f"row {i}", exact)
         if not cmp.ok:
-            return cmp
-    return Comparison(True)
+            changed.append(cmp.detail)
+    return Comparison(not changed, _listed("changed row(s)", changed) if changed else "")
 
 
 def compare_metric(spec: MetricSpec, expected: Any, got: Any) -> Comparison:

@@ -2,9 +2,11 @@
 `backintel view RUN [BASELINE]`.
 
 `register(subparsers)` adds them to the `backintel` parser; `main(argv)` runs them alone.
-Exit codes: report 0 (2 for an unreadable run folder); compare 0 accept, 1 reject,
-2 refused (different scenario or data hashes, or an unreadable run folder); view 0 (2 for an
-unreadable run folder, or a comparison refused: the run view is written all the same).
+Exit codes: report 0 (2 for an unreadable run folder); compare 0 when every shipped suite
+accepts and no suite of your own is `worse` (`better` and `no detectable difference` are 0, so
+a CI job gates on "not worse"), 1 for a reject or a `worse`, 2 refused (different scenario or
+data hashes, an unreadable run folder or policy file); view 0 (2 for an unreadable run folder,
+or a comparison refused: the run view is written all the same).
 """
 
 from __future__ import annotations
@@ -45,14 +47,23 @@ def _report(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from reports.compare import ComparisonRefused, compare_runs, render_comparison
+    from reports.verdict import Policy, PolicyError, read_policy
 
     try:
-        result = compare_runs(load_run(args.baseline), load_run(args.candidate))
-    except (RunFolderError, ComparisonRefused) as exc:
+        policy: Policy | str | None = args.policy
+        if args.policy not in (None, "acceptance"):
+            policy = read_policy(Path(args.policy))
+        result = compare_runs(
+            load_run(args.baseline),
+            load_run(args.candidate),
+            policy=policy,
+            across_bindings=args.across_bindings,
+        )
+    except (RunFolderError, ComparisonRefused, PolicyError) as exc:
         print(f"backintel compare: {exc}", file=sys.stderr)
         return 2
     print(render_comparison(result), end="")
-    return 0 if result.accepted else 1
+    return 0 if result.ok else 1
 
 
 def _view(args: argparse.Namespace) -> int:
@@ -90,6 +101,18 @@ def register(subparsers: Any, groups: dict[str, Any] | None = None) -> None:
     )
     p.add_argument("baseline", help="the baseline run folder")
     p.add_argument("candidate", help="the candidate run folder")
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="decide your own suites by this YAML file ({mandatory: [ids], controls: [ids], "
+        "alpha: 0.05}) instead of their suite files' `policy`, or `acceptance` for the "
+        "shipped promotion policy (accept/reject)",
+    )
+    p.add_argument(
+        "--across-bindings",
+        action="store_true",
+        help="pair the same scenarios run over different data (another dataset binding)",
+    )
     p.set_defaults(func=_compare)
     p = subparsers.add_parser(
         "view", help="a static site of every trial of a run, beside a baseline run if given"

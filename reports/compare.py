@@ -6,17 +6,32 @@ Each suite (split) is decided on its own and every suite must accept:
 - no regression: no case that passed in the baseline fails in the candidate (the controls);
 - on the original cases (the `regression` split) an improvement: at least one case fixed,
   unless the baseline already passes every case there (nothing left to improve; noted).
-Runs over different scenarios or data are not comparable, and neither is a run with a planned
-trial that has no record (`Run.missing_trials`): `ComparisonRefused`, naming them.
+Runs over different scenarios or data are not comparable (unless asked to pair the same
+scenarios across bindings, which is said), and neither is a run with a planned trial that has
+no record (`Run.missing_trials`): `ComparisonRefused`, naming them.
+
+A user's own suites (named in run.json `suites`) are not decided by this promotion policy but
+by `reports.verdict`: `better`, `no detectable difference` or `worse`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from reports.load import Run
 from reports.stats import mcnemar_exact
 from reports.summary import CaseSummary, case_summaries, pass_k_by_split
+from reports.verdict import (
+    BETTER,
+    NO_DIFFERENCE,
+    WORSE,
+    PairedCase,
+    Policy,
+    SuiteVerdict,
+    decide_paired,
+    render_verdict,
+)
 
 __all__ = [
     "IMPROVEMENT_SPLITS",
@@ -80,19 +95,48 @@ class SuiteDecision:
 
 @dataclass(frozen=True)
 class Comparison:
+    """Both runs, the shipped suites' promotion decisions and the own suites' verdicts."""
+
     baseline: Run
     candidate: Run
     suites: list[SuiteDecision]
+    """The shipped acceptance, reserved and regression splits (promotion policy)."""
+    verdicts: list[SuiteVerdict] = field(default_factory=list)
+    """A user's own suites: better / no detectable difference / worse."""
+    bindings: list[str] = field(default_factory=list)
+    """When paired across bindings: each dataset whose data differ, with both hashes."""
 
     @property
     def accepted(self) -> bool:
         return bool(self.suites) and all(s.accepted for s in self.suites)
 
     @property
+    def own_verdict(self) -> str | None:
+        """The own suites' overall verdict: `worse` if any is, else `better` if any is, else
+        `no detectable difference` (None without own suites)."""
+        found = {v.verdict for v in self.verdicts}
+        if not found:
+            return None
+        return WORSE if WORSE in found else BETTER if BETTER in found else NO_DIFFERENCE
+
+    @property
+    def verdict(self) -> str:
+        """The headline: `ACCEPT` / `REJECT` for the shipped suites, the own suites' verdict,
+        or both (`REJECT; better`)."""
+        parts = [("ACCEPT" if self.accepted else "REJECT")] if self.suites else []
+        return "; ".join(parts + ([self.own_verdict] if self.own_verdict else [])) or "REJECT"
+
+    @property
+    def ok(self) -> bool:
+        """What the exit status says: every shipped suite accepts, no own suite is worse."""
+        shipped = all(s.accepted for s in self.suites)
+        return shipped and self.own_verdict != WORSE and bool(self.suites or self.verdicts)
+
+    @property
     def no_change(self) -> bool:
-        return all(
-            c.baseline.outcomes == c.candidate.outcomes for s in self.suites for c in s.cases
-        )
+        pairs = [(c.baseline, c.candidate) for s in self.suites for c in s.cases]
+        pairs += [(c.baseline, c.candidate) for v in self.verdicts for c in v.cases]
+        return all(b.outcomes == a.outcomes for b, a in pairs)
 
 
 def _scenario_detail(baseline: Run, candidate: Run) -> str:
@@ -109,8 +153,9 @@ def _scenario_detail(baseline: Run, candidate: Run) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def check_comparable(baseline: Run, candidate: Run) -> None:
-    """Raise `ComparisonRefused` unless both runs measured the same scenarios on the same data."""
+def check_comparable(baseline: Run, candidate: Run, across_bindings: bool = False) -> list[str]:
+    """Raise `ComparisonRefused` unless both runs measured the same scenarios on the same data;
+    with `across_bindings`, data may differ: each difference is returned, to be said."""
     problems = []
     if not baseline.records or not candidate.records:
         empty = [n for n, r in (("baseline", baseline), ("candidate", candidate)) if not r.records]
@@ -130,17 +175,26 @@ def check_comparable(baseline: Run, candidate: Run) -> None:
             f"candidate {candidate.scenario_hash[:12]}{_scenario_detail(baseline, candidate)}"
         )
     worlds = sorted(set(baseline.data_hashes) | set(candidate.data_hashes))
+    differ = []
     for world in worlds:
         before, after = baseline.data_hashes.get(world), candidate.data_hashes.get(world)
         if before != after:
-            problems.append(
+            differ.append(
                 f"data hash of world {world!r} differs: baseline {str(before)[:12]}, "
                 f"candidate {str(after)[:12]}"
             )
+    if not across_bindings:
+        problems += differ
     if problems:
+        hint = "" if across_bindings or not differ else (
+            " (to pair the same scenarios over other data on purpose, --across-bindings)"
+        )  # fmt: skip
         raise ComparisonRefused(
-            "refusing to compare runs over different scenarios or data: " + "; ".join(problems)
+            "refusing to compare runs over different scenarios or data: "
+            + "; ".join(problems)
+            + hint
         )
+    return differ
 
 
 def _describe(case: CaseSummary) -> str:
@@ -172,17 +226,70 @@ def decide_suite(split: str, changes: list[CaseChange]) -> tuple[list[str], list
     return reasons, notes
 
 
-def compare_runs(baseline: Run, candidate: Run) -> Comparison:
-    """Pair the runs case by case and decide every suite."""
-    check_comparable(baseline, candidate)
-    before = {(c.split, c.scenario_id): c for c in case_summaries(baseline.records)}
-    after = {(c.split, c.scenario_id): c for c in case_summaries(candidate.records)}
+def own_suites(baseline: Run, candidate: Run) -> dict[str, dict[str, Any]]:
+    """A user's own suites in either run: name -> what run.json `suites` records."""
+    found: dict[str, dict[str, Any]] = {}
+    for run in (baseline, candidate):
+        suites = run.header.get("suites")
+        if isinstance(suites, dict):
+            found |= {str(k): v for k, v in suites.items() if isinstance(v, dict)}
+    return found
+
+
+def _verdicts(
+    baseline: list[dict[str, Any]],
+    candidate: list[dict[str, Any]],
+    suites: dict[str, dict[str, Any]],
+    override: Policy | None,
+) -> list[SuiteVerdict]:
+    out = []
+    for name in sorted(suites):
+        before = {
+            c.scenario_id: c for c in case_summaries(r for r in baseline if r.get("suite") == name)
+        }
+        after = {
+            c.scenario_id: c for c in case_summaries(r for r in candidate if r.get("suite") == name)
+        }
+        if set(before) != set(after):
+            moved = sorted(set(before) ^ set(after))
+            raise ComparisonRefused(f"suite {name}: cases in one run only: {moved}")
+        policy = override or Policy.from_mapping(suites[name].get("policy"), "suite file")
+        if override is None and policy == Policy(source="suite file"):
+            policy = Policy()
+        pairs = [PairedCase(i, before[i], after[i]) for i in sorted(before)]
+        pass_k = (_pass_k(list(before.values())), _pass_k(list(after.values())))
+        out.append(decide_paired(name, pairs, policy, pass_k))
+    return out
+
+
+def _pass_k(cases: list[CaseSummary]) -> dict[int, float | None]:
+    return next(iter(pass_k_by_split([replace(c, split="") for c in cases]).values()), {})
+
+
+def compare_runs(
+    baseline: Run,
+    candidate: Run,
+    *,
+    policy: Policy | str | None = None,
+    across_bindings: bool = False,
+) -> Comparison:
+    """Pair the runs case by case and decide every suite: the shipped splits by the promotion
+    policy, a user's own suites by a verdict (`policy`: a `Policy` for every own suite, or
+    `"acceptance"` to decide them by the promotion policy too)."""
+    bindings = check_comparable(baseline, candidate, across_bindings)
+    suites = {} if policy == "acceptance" else own_suites(baseline, candidate)
+    override = policy if isinstance(policy, Policy) else None
+    verdicts = _verdicts(baseline.records, candidate.records, suites, override)
+    shipped_b = [r for r in baseline.records if r.get("suite") not in suites]
+    shipped_c = [r for r in candidate.records if r.get("suite") not in suites]
+    before = {(c.split, c.scenario_id): c for c in case_summaries(shipped_b)}
+    after = {(c.split, c.scenario_id): c for c in case_summaries(shipped_c)}
     if set(before) != set(after):
         moved = sorted(set(before) ^ set(after))
         raise ComparisonRefused(f"cases sit in different splits in the two runs: {moved}")
     b_pass_k = pass_k_by_split(list(before.values()))
     c_pass_k = pass_k_by_split(list(after.values()))
-    suites = []
+    decisions = []
     for split in sorted({s for s, _ in before}):
         changes = [
             CaseChange(case, split, before[(s, case)], after[(s, case)])
@@ -192,7 +299,7 @@ def compare_runs(baseline: Run, candidate: Run) -> Comparison:
         reasons, notes = decide_suite(split, changes)
         fixed = sum(c.change == "fixed" for c in changes)
         broken = sum(c.change == "broken" for c in changes)
-        suites.append(
+        decisions.append(
             SuiteDecision(
                 split,
                 changes,
@@ -203,7 +310,7 @@ def compare_runs(baseline: Run, candidate: Run) -> Comparison:
                 c_pass_k.get(split, {}),
             )
         )
-    return Comparison(baseline, candidate, suites)
+    return Comparison(baseline, candidate, decisions, verdicts, bindings)
 
 
 def _fmt_k(values: dict[int, float | None]) -> str:
@@ -224,7 +331,10 @@ def render_comparison(result: Comparison) -> str:
     lines = [
         _run_line("baseline ", b),
         _run_line("candidate", c),
-        f"scenario hash {b.scenario_hash[:12]} and data hashes ({hashes}) match",
+        f"scenario hash {b.scenario_hash[:12]} and data hashes ({hashes}) match"
+        if not result.bindings
+        else f"scenario hash {b.scenario_hash[:12]} matches; paired across bindings on purpose",
+        *[f"  {line}" for line in result.bindings],
         "",
     ]
     if result.no_change:
@@ -249,11 +359,18 @@ def render_comparison(result: Comparison) -> str:
         lines += [f"  note: {n}" for n in suite.notes]
         lines += [f"  - {r}" for r in suite.reasons]
         lines.append("")
-    lines.append(f"DECISION: {'ACCEPT' if result.accepted else 'REJECT'}")
-    for suite in result.suites:
-        lines += [f"  - {suite.split}: {r}" for r in suite.reasons]
-    if result.accepted:
-        lines.append(
-            "  every suite accepts: mandatory cases pass, no regression, improvement where required"
-        )
+    for verdict in result.verdicts:
+        lines += [*render_verdict(verdict), ""]
+    if result.suites:
+        lines.append(f"DECISION: {'ACCEPT' if result.accepted else 'REJECT'}")
+        for suite in result.suites:
+            lines += [f"  - {suite.split}: {r}" for r in suite.reasons]
+        if result.accepted:
+            lines.append(
+                "  every suite accepts: mandatory cases pass, no regression, improvement where "
+                "required"
+            )
+    if result.verdicts:
+        lines.append(f"VERDICT: {result.own_verdict}")
+        lines += [f"  - {v.suite}: {v.verdict}: {v.reasons[0]}" for v in result.verdicts]
     return "\n".join(lines) + "\n"

@@ -138,10 +138,16 @@ def usage_totals(
             cost = None
         for key in ("requests", "input_tokens", "output_tokens", "tool_calls"):
             sums[key] += int(usage.get(key) or 0)
-        trial_cost = prices.cost_usd(
-            record.get("model") or model,
-            int(usage.get("input_tokens") or 0),
-            int(usage.get("output_tokens") or 0),
+        trial_cost = (
+            0.0  # an agent of your own that asked no model: nothing to pay for
+            if usage.get("requests") == 0
+            and usage.get("tokens_reported") is not False
+            and (record.get("analyst") or {}).get("kind") == "custom"
+            else prices.cost_usd(
+                record.get("model") or model,
+                int(usage.get("input_tokens") or 0),
+                int(usage.get("output_tokens") or 0),
+            )
         )
         cost = None if cost is None or trial_cost is None else cost + trial_cost
     if not records:

@@ -229,3 +229,57 @@ def test_the_built_in_analyst_puts_the_tasks_own_rules_in_front_of_the_model(
         assert any(scenario.question in u and rules in u for u in user), user
         assert system
         assert not any(rules[:60] in s for s in system)
+
+
+SERVE = "uv run python -m pytest_backintel.testing.model_server --scripts scripts.json --port {}"
+RUN = (
+    "uv run pytest scenarios -k delivered-orders --model openai:scripted "
+    "--model-base-url http://127.0.0.1:{}/v1"
+)
+
+
+def test_the_server_runs_from_the_command_line_as_the_readme_shows(tmp_path: Path) -> None:
+    """The README's scripts file and both commands, in the own-data tutorial's project: the
+    scripted model's answer is scored, and the server counted its requests."""
+    import json
+    import re
+    import socket
+
+    from test_own_data import backintel, project
+
+    readme = (ROOT / "README.md").read_text()
+    assert SERVE.format(8765) in readme
+    assert RUN.format(8765) in readme
+    scripts = re.search(r"```json\n(.*?)```", readme, re.DOTALL)
+    assert scripts is not None
+    folder = project(tmp_path)
+    (folder / "scripts.json").write_text(scripts.group(1))
+    assert backintel(folder, "references", "build").returncode == 0
+    with socket.socket() as sock:  # a free port, in place of the README's 8765
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = SERVE.format(port).split()[3:]  # `uv run python` is this interpreter
+    server = subprocess.Popen(
+        [sys.executable, *argv], cwd=folder, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == f"http://127.0.0.1:{port}/v1"
+        argv = RUN.format(port).split()[3:]
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "pytest"), *argv, "-p", "no:xdist", "--run-id", "m"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        record = json.loads((folder / "results" / "m" / "records.jsonl").read_text())
+        assert (record["outcome"], record["model"]) == ("pass", "openai:scripted")
+        assert record["usage"]["requests"] == 2
+    finally:
+        server.terminate()
+        out, _ = server.communicate(timeout=30)
+    assert server.returncode == 0
+    assert "served 2 request(s)" in out

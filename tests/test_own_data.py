@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_own_data_tutorial import ANSWERABLE, UNANSWERABLE, outcomes, tutorial
+from test_own_data_tutorial import ANSWERABLE, SUITE, UNANSWERABLE, outcomes, tutorial
 
 from pytest_backintel.cli.commands import main
 from pytest_backintel.collect.loading import load_scenario_file
@@ -135,6 +135,7 @@ def test_the_tutorial_on_an_existing_postgres_database(
     assert build.returncode == 0, build.stderr
     ref = pytest_run(folder, "--run-id", "pg")
     assert ref.returncode == 0, ref.stdout + ref.stderr
+    assert ": postgres SHOP_DSN on store postgres" in ref.stdout, ref.stdout
     assert outcomes(folder, "pg") == dict.fromkeys(ALL, "pass")
     records = (folder / "results" / "pg" / "records.jsonl").read_text().splitlines()
     assert {json.loads(r)["backend"] for r in records} == {"postgres"}
@@ -244,28 +245,73 @@ def test_the_tutorial_on_a_folder_or_file_of_your_own(tmp_path: Path, kind: str)
 # -- locks -----------------------------------------------------------------------------------
 
 
-def test_a_lock_built_on_other_data_is_refused_naming_both_hashes(tmp_path: Path) -> None:
+SPY = """
+from pathlib import Path
+
+from pytest_backintel.contract import Refusal
+from pytest_backintel.analyst_api import AnalystRun
+
+
+class Spy:
+    name, kind = "spy", "custom"
+
+    def answer(self, task):
+        with Path("asked.txt").open("a") as f:
+            f.write(task.question + "\\n")
+        return AnalystRun(Refusal(missing=["x"], explanation="spying"))
+
+
+def spy(config):
+    return Spy()
+"""
+
+
+def test_a_data_file_changed_after_locking_stops_the_run_before_the_first_request(
+    tmp_path: Path,
+) -> None:
     folder = project(tmp_path)
+    (folder / "spy.py").write_text(SPY)
     assert backintel(folder, "references", "build").returncode == 0
     lock = json.loads((folder / "scenarios" / "backintel.lock.json").read_text())
     old_hash = lock["scenarios"]["delivered-orders"]["data_hash"]
+    asked = pytest_run(folder, "-k", "delivered-orders", "--analyst", "spy:spy", "--run-id", "ok")
+    assert asked.returncode == 1  # the spy refuses: it was asked
+    assert (folder / "asked.txt").read_text() == "How many orders were delivered?\n"
+    (folder / "asked.txt").unlink()
     con = sqlite3.connect(folder / "shop.sqlite")
     con.execute("UPDATE orders SET status = 'delivered' WHERE id = 3")
     con.commit()
     con.close()
-    result = pytest_run(folder, "-k", "delivered-orders", "--run-id", "stale")
-    assert outcomes(folder, "stale") == {"delivered-orders": "infra_error"}
-    record = json.loads((folder / "results" / "stale" / "records.jsonl").read_text())
-    message = record["reasons"][0]["message"]
-    assert "scenario 'delivered-orders'" in message
-    assert old_hash in message
-    new_hash = re.search(r"this run's data is ([0-9a-f]{64})", message)
-    assert new_hash is not None
-    assert new_hash.group(1) != old_hash
-    assert result.returncode == 1
+    result = pytest_run(folder, "--analyst", "spy:spy", "--run-id", "stale")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    assert not (folder / "asked.txt").exists(), "the analyst was asked before the refusal"
+    assert not (folder / "results" / "stale" / "records.jsonl").exists()
+    assert "refusing to start: 3 scenario(s) cannot be scored on this run's data" in result.stderr
+    for case in ANSWERABLE:  # each scenario, with both hashes, in one error
+        line = next(ln for ln in result.stderr.splitlines() if f"scenario '{case}'" in ln)
+        assert old_hash in line
+        new_hash = re.search(r"this run's data is ([0-9a-f]{64})", line)
+        assert new_hash is not None
+        assert new_hash.group(1) != old_hash
+    assert "Traceback" not in result.stderr
+    workers = subprocess.run(  # with xdist the controller refuses before any item is sent
+        [str(BIN / "pytest"), "scenarios", "-n", "2", "--analyst", "spy:spy", "--run-id", "x"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert workers.returncode == pytest.ExitCode.USAGE_ERROR, workers.stdout + workers.stderr
+    assert "refusing to start: 3 scenario(s)" in workers.stdout + workers.stderr
+    assert not (folder / "asked.txt").exists(), "a worker asked the analyst"
+    assert "INTERNALERROR" not in workers.stdout + workers.stderr
     check = backintel(folder, "references", "build", "--check")
     assert check.returncode == 1
     assert "out of date" in check.stderr
+    assert backintel(folder, "references", "build").returncode == 0
+    again = pytest_run(folder, "-k", "delivered-orders", "--run-id", "rebuilt")
+    assert again.returncode == 0, again.stdout
 
 
 def test_two_references_that_disagree_abort_the_build_naming_the_file(tmp_path: Path) -> None:
@@ -274,7 +320,10 @@ def test_two_references_that_disagree_abort_the_build_naming_the_file(tmp_path: 
     path.write_text(path.read_text() + "  values: {delivered_orders: 5}\n")
     result = backintel(folder, "references", "build")
     assert result.returncode == 1
-    assert "scenarios/delivered-orders.scenario.yaml: scenario 'delivered-orders'" in result.stderr
+    assert re.search(
+        r"scenarios/delivered-orders\.scenario\.yaml:\d+: reference: scenario 'delivered-orders'",
+        result.stderr,
+    ), result.stderr
     assert "reference.sql gives 4 but reference.values gives 5" in result.stderr
     assert not (folder / "scenarios" / "backintel.lock.json").exists()
     path.write_text(path.read_text().replace("delivered_orders: 5", "delivered_orders: 4"))
@@ -388,17 +437,15 @@ def test_a_suite_file_binds_its_folder_and_below_and_a_scenario_of_its_own_wins(
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert outcomes(folder, "suite") == {
-        "german-customers": "pass",
-        "german-customers-other": "pass",
-    }
+    assert outcomes(folder, "suite") == dict.fromkeys(SUITE | {"german-customers-other"}, "pass")
 
 
 @pytest.mark.parametrize(
     ("suite", "line", "message"),
     [
         ("dataset: {sqlite: ../shop.sqlite}\nsplit: development\nstore: duckdb\n", 3, "store: "
-         "unknown field; a suite file gives dataset, split, level, family"),
+         "unknown field; a suite file gives dataset, split, level, family, name, policy, "
+         "datasets"),
         ("level: 1\nsplit: development\ndataset: {sqlite: shop.sqlite}\n", 3, "dataset.sqlite: "
          "no sqlite file at "),
         ("split: development\nlevel: 9\ndataset: {sqlite: ../shop.sqlite}\n", 2, "level: Input "
@@ -615,7 +662,6 @@ def test_a_damaged_lock_is_named_not_crashed_on(tmp_path: Path) -> None:
     check = backintel(folder, "references", "build", "--check")
     assert check.returncode == 1
     assert f"{lock} is out of date for canceled-share, delivered-orders" in check.stderr
-    pytest_run(folder, "-k", "delivered-orders", "--run-id", "damaged")
-    record = json.loads((folder / "results" / "damaged" / "records.jsonl").read_text())
-    assert record["outcome"] == "infra_error"
-    assert f"{lock}: not a readable lock file" in record["reasons"][0]["message"]
+    damaged = pytest_run(folder, "-k", "delivered-orders", "--run-id", "damaged")
+    assert damaged.returncode == pytest.ExitCode.USAGE_ERROR  # before any trial
+    assert f"{lock}: not a readable lock file" in damaged.stderr

@@ -64,13 +64,70 @@ EXPECTED_CODES = [
     ("uv run pytest scenarios --analyst refuse-all --run-id refuse-all", 1),
     ("uv run pytest scenarios --analyst perturbed --run-id perturbed", 1),
     ("uv run pytest scenarios --analyst my_agent:keyword_analyst --run-id mine", 1),
+    ("uv run backintel score --run results/mine", 1),
     ("uv run backintel report results/mine", 0),
     ("uv run backintel compare results/reference results/mine", 1),
+    ("uv run pytest scenarios --analyst my_agent:keyword_analyst_v2 --run-id mine-v2", 1),
+    ("uv run backintel compare results/mine results/mine-v2", 0),
     ("uv run backintel references build", 0),
     ("uv run backintel validate suites", 0),
     ("uv run pytest suites --run-id suite", 0),
+    ("uv run python export_parquet.py", 0),
+    ("uv run backintel references build --dataset shop=parquet:exports", 0),
+    ("uv run backintel validate suites --dataset shop=parquet:exports", 0),
+    ("uv run pytest suites --dataset shop=parquet:exports --run-id suite-parquet", 0),
+    ("uv run backintel compare results/suite results/suite-parquet --across-bindings", 0),
+    ("uv run backintel score --run results/suite-parquet", 0),
     ("uv run backintel schema --out scenario.schema.json", 0),
 ]
+SUITE = {"german-customers", "top-country", "revenue-by-country", "order-span"}
+SAID = {
+    "uv run backintel score --run results/mine": [
+        "5 recorded answers scored again: 5 agree with the trial; 1 pass, 4 fail"
+    ],
+    "uv run backintel compare results/reference results/mine": [
+        "suite scenarios: WORSE",
+        "VERDICT: worse",
+    ],
+    "uv run backintel compare results/mine results/mine-v2": [
+        "suite scenarios: BETTER",
+        "    delivered-revenue  fixed      false_refusal -> pass",
+        "VERDICT: better",
+    ],
+    "uv run backintel compare results/suite results/suite-parquet --across-bindings": [
+        "scenario hash * matches; paired across bindings on purpose",
+        "  data hash of world 'shop' differs: baseline *, candidate *",
+        "suite shop: NO DETECTABLE DIFFERENCE",
+        "  policy: alpha 0.05; controls german-customers (suite file)",
+        "VERDICT: no detectable difference",
+    ],
+    "uv run pytest suites --dataset shop=parquet:exports --run-id suite-parquet": [
+        "backintel: dataset shop: parquet exports on store lake-parquet"
+    ],
+    "uv run backintel score --run results/suite-parquet": [
+        "4 recorded answers scored again: 4 agree with the trial; 4 pass, 0 fail"
+    ],
+}
+"""What a command prints (stdout lines, fnmatch patterns in order)."""
+
+
+def said(command: str, out: str) -> None:
+    import fnmatch
+
+    lines = iter(out.splitlines())
+    for pattern in SAID.get(command, []):
+        assert any(fnmatch.fnmatch(line, pattern) for line in lines), f"{command}: {pattern}\n{out}"
+
+
+def read_lock(folder: Path) -> dict[str, dict[str, object]]:
+    return dict(json.loads((folder / "backintel.lock.json").read_text())["scenarios"])
+
+
+def run_files(folder: Path, run_id: str) -> tuple[dict[str, object], list[dict[str, object]]]:
+    """A run's run.json and records (sorted by node id)."""
+    base = folder / "results" / run_id
+    records = [json.loads(line) for line in (base / "records.jsonl").read_text().splitlines()]
+    return json.loads((base / "run.json").read_text()), sorted(records, key=lambda r: r["nodeid"])
 
 
 def installed_tree() -> list[tuple[str, int, int]]:
@@ -107,6 +164,8 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     for command, code in EXPECTED_CODES:
         result = run(project, command)
         assert result.returncode == code, f"{command}:\n{result.stdout}\n{result.stderr}"
+        assert "Traceback" not in result.stderr, f"{command}:\n{result.stderr}"
+        said(command, result.stdout)
         if command.startswith("uv run backintel validate") and code == 1:
             missing = [ln for ln in result.stderr.splitlines() if "no lock file" in ln]
             assert len(missing) == len(ANSWERABLE), result.stderr
@@ -134,12 +193,39 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
         "gross-margin": "unhelpful_refusal",
         "customer-age": "unhelpful_refusal",
     }
-    assert (project / "results" / "mine" / "scorecard.md").exists()
-    assert outcomes(project, "suite") == {"german-customers": "pass"}  # bound by the suite file
-    suite_lock = project / "suites" / "customers" / "backintel.lock.json"
-    assert json.loads(suite_lock.read_text())["scenarios"]["german-customers"]["values"] == {
-        "german_customers": 2
+    scorecard = (project / "results" / "mine" / "scorecard.md").read_text()
+    assert "| cost (USD, prices as of " in scorecard
+    assert " | $0.0000 |" in scorecard, "an agent that asked no model costs nothing"
+    assert {r["cost_usd"] for r in run_files(project, "mine")[1]} == {0.0}
+    assert outcomes(project, "mine-v2") == outcomes(project, "mine") | {"delivered-revenue": "pass"}
+    # the suite: bound by alias in the suite file, over SQLite and then over Parquet
+    assert outcomes(project, "suite") == dict.fromkeys(SUITE, "pass")
+    assert outcomes(project, "suite-parquet") == dict.fromkeys(SUITE, "pass")
+    locks = {
+        sid: entry
+        for folder in ("customers", "orders")
+        for sid, entry in read_lock(project / "suites" / folder).items()
     }
+    table = [{"country": "DE", "revenue": 126}, {"country": "FR", "revenue": 42}]
+    assert {sid: e["values"] for sid, e in locks.items()} == {
+        "german-customers": {"german_customers": 2},
+        "top-country": {"top_country": "DE"},
+        "revenue-by-country": {"revenue_by_country": table},
+        "order-span": {"order_span_days": 57.0},
+    }
+    for entry in locks.values():  # the Parquet binding's values, locked beside them
+        assert entry["dataset"] == "sqlite:../shop.sqlite"
+        (label, other), *_ = entry["also"].items()
+        assert label == "parquet:exports"
+        assert other["data_hash"] != entry["data_hash"]
+    sqlite_run, parquet_run = (run_files(project, r) for r in ("suite", "suite-parquet"))
+    assert parquet_run[0]["datasets"] == {"shop": f"parquet:{project / 'exports'}"}
+    assert sqlite_run[0]["datasets"] == {}
+    assert {r["backend"] for r in sqlite_run[1]} == {"sqlite"}
+    assert {r["backend"] for r in parquet_run[1]} == {"lake-parquet"}
+    assert [r["nodeid"] for r in sqlite_run[1]] == [r["nodeid"] for r in parquet_run[1]]
+    assert {r["suite"] for r in parquet_run[1]} == {"shop"}
+    assert (project / ".gitignore").read_text() == "data/\nresults/\n"
     schema = json.loads((project / "scenario.schema.json").read_text())
     for path in sorted((project / "scenarios").glob("*.scenario.yaml")):
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)  # what an editor checks

@@ -96,3 +96,21 @@ def test_ordered_tables_reject_reordering() -> None:
     ordered = TABLE.model_copy(update={"ordered": True})
     assert compare_metric(ordered, ROWS, ROWS).ok
     assert not compare_metric(ordered, ROWS, list(reversed(ROWS))).ok
+
+
+def test_a_table_failure_lists_missing_extra_and_changed_rows_a_few_of_each() -> None:
+    got = [{"status": "delivered", "orders": 11}, {"status": "shipped", "orders": 1}]
+    cmp = compare_metric(TABLE, ROWS, got)
+    assert not cmp.ok
+    assert cmp.detail == (
+        "1 missing row(s) with key: {'status': 'canceled'}; "
+        "1 extra row(s) with key: {'status': 'shipped'}; "
+        "1 changed row(s): row {'status': 'delivered'}, column 'orders': expected 10, got 11 "
+        "(off by 1, tolerance 0)"
+    )
+    many = [{"status": f"s{i}", "orders": i} for i in range(40)]
+    long = compare_metric(TABLE, many, many[:2])
+    assert long.detail.startswith("expected 40 rows, got 2; 38 missing row(s) with key: ")
+    assert long.detail.endswith(" and 33 more")  # bounded: five shown
+    ordered = TABLE.model_copy(update={"ordered": True})
+    assert "rows out of order" in compare_metric(ordered, ROWS, list(reversed(ROWS))).detail

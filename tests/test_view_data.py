@@ -61,7 +61,7 @@ def test_a_comparison_follows_the_fields_compare_gives(tmp_path: Path) -> None:
     baseline, candidate = _runs(tmp_path)
     result = compare_runs(baseline, candidate)
     data = comparison_data(result, baseline, candidate)
-    assert data["result"] == {"accepted": False, "no_change": False}
+    assert data["result"] == {"accepted": False, "no_change": False, "verdict": "REJECT"}
     (suite,) = data["suites"]
     assert suite["counts"] == {"blocked": 1, "broken": 2}
     assert {c["case"]: c["change"] for c in suite["cases"]} == {

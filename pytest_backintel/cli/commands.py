@@ -7,9 +7,10 @@ import difflib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -20,6 +21,7 @@ from pytest_backintel.collect.loading import (
     load_scenario_file,
     render_json_schema,
 )
+from pytest_backintel.collect.lockfile import LockError
 from pytest_backintel.collect.manifests import find_manifest_case
 from pytest_backintel.collect.worlds import data_dir, get_world
 from pytest_backintel.contract import parse_answer
@@ -56,8 +58,15 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from pytest_backintel.collect.suites import rebind
     from pytest_backintel.collect.validate import validate_paths
+    from pytest_backintel.options import parse_rebinding
 
+    try:
+        rebind(dict(parse_rebinding(d) for d in args.dataset), Path.cwd())
+    except ValueError as exc:
+        print(f"backintel validate: {exc}", file=sys.stderr)
+        return 2
     problems = validate_paths([Path(p) for p in args.paths or ["."]], world_queries=args.worlds)
     for line in problems:
         print(line, file=sys.stderr)
@@ -68,7 +77,14 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _references_build(args: argparse.Namespace) -> int:
     from pytest_backintel.collect.references import build_locks
+    from pytest_backintel.collect.suites import rebind
+    from pytest_backintel.options import parse_rebinding
 
+    try:
+        rebind(dict(parse_rebinding(d) for d in args.dataset), Path.cwd())
+    except ValueError as exc:
+        print(f"backintel references build: {exc}", file=sys.stderr)
+        return 2
     done, problems = build_locks(
         [Path(p) for p in args.paths or ["."]], check=args.check, root=Path.cwd()
     )
@@ -96,6 +112,34 @@ def _find_case(case_id: str) -> tuple[Scenario, Path | None] | None:
     return (found[1], found[0]) if found is not None else None
 
 
+def _run_finder(run: Path) -> Callable[[dict[str, Any]], tuple[Scenario, Path | None] | None]:
+    """A record's scenario: its recorded file (with the run's `--dataset` rebindings), else
+    the suites under the current folder, else the shipped benchmark."""
+    from pytest_backintel.collect.references import discover
+    from pytest_backintel.collect.suites import rebind
+    from pytest_backintel.options import parse_rebinding
+    from pytest_backintel.records.writer import read_json
+
+    header = read_json(run / "run.json") if (run / "run.json").is_file() else {}
+    rebinds = header.get("datasets") or {}  # sources as absolute paths or DSN variables
+    rebind(dict(parse_rebinding(f"{a}={b}") for a, b in rebinds.items()), Path.cwd())
+    local: dict[str, tuple[Path, Scenario]] | None = None
+
+    def find(record: dict[str, Any]) -> tuple[Scenario, Path | None] | None:
+        nonlocal local
+        file = record.get("scenario_file")
+        if file and Path(file).is_file():
+            return load_scenario_file(Path(file)), None
+        case_id = str(record["scenario_id"])
+        if local is None:
+            local = {s.id: (p, s) for p, s in discover([Path.cwd()])}
+        if case_id in local:
+            return local[case_id][1], None
+        return _find_case(case_id)
+
+    return find
+
+
 def _rescore(args: argparse.Namespace) -> int:
     """Score every recorded answer of a run again; fail on any outcome that differs."""
     from pytest_backintel.records.writer import read_records
@@ -113,14 +157,25 @@ def _rescore(args: argparse.Namespace) -> int:
         return scorers[store]
 
     try:
-        scored, wrong = rescore_run(read_records(path), _find_case, scorer_for)
+        found = rescore_run(read_records(path), _run_finder(Path(args.run)), scorer_for)
+    except (ScenarioFileError, LockError) as exc:
+        print(f"backintel score --run: {exc}", file=sys.stderr)
+        return 2
     finally:
         for scorer in scorers.values():
             scorer.close()
-    for line in wrong:
+    scored, wrong, missing = found
+    for line in wrong + missing:
         print(line, file=sys.stderr)
-    print(f"{scored} recorded answers scored again: {scored - len(wrong)} agree with the trial")
-    return 1 if wrong else 0
+    failed = sum(o != "pass" for o in scored)
+    print(
+        f"{len(scored)} recorded answers scored again: {len(scored) - len(wrong)} agree with "
+        f"the trial"
+        + (f", {len(wrong)} disagree" if wrong else "")
+        + (f"; {len(missing)} answer(s) of cases not found" if missing else "")
+        + f"; {len(scored) - failed} pass, {failed} fail"
+    )
+    return 1 if wrong or missing or failed else 0
 
 
 def _score(args: argparse.Namespace) -> int:
@@ -228,6 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--world-queries", dest="worlds", action="store_true", help="run check queries on worlds"
     )
+    p.add_argument(
+        "--dataset",
+        action="append",
+        default=[],
+        metavar="ALIAS=KIND:SOURCE",
+        help="check the scenarios with a dataset alias rebound, as a run's --dataset does",
+    )
     p.set_defaults(func=_validate)
     refs = sub.add_parser("references", help="references of your own suites").add_subparsers(
         dest="refs_cmd", required=True
@@ -235,6 +297,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = refs.add_parser("build", help="compute references into the lock file beside scenarios")
     p.add_argument("paths", nargs="*", help="folders or files to search (default: .)")
     p.add_argument("--check", action="store_true", help="verify the lock files, write nothing")
+    p.add_argument(
+        "--dataset",
+        action="append",
+        default=[],
+        metavar="ALIAS=KIND:SOURCE",
+        help="lock the references on another binding of a dataset alias too (as a run's "
+        "--dataset rebinds it), beside the suite's own",
+    )
     p.set_defaults(func=_references_build)
     data = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
     p = data.add_parser("build", help="generate a world's Parquet and SQLite files")
@@ -246,7 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     case.add_argument("--case", help="scenario id")
     case.add_argument("--scenario", help="a scenario file (e.g. one of your own)")
     case.add_argument(
-        "--run", help="a run folder: score every recorded answer again, fail on a disagreement"
+        "--run",
+        help="a run folder: score every recorded answer again (exit 1 when one fails, or "
+        "disagrees with its trial)",
     )
     p.add_argument(
         "--store",

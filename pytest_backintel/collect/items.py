@@ -12,7 +12,8 @@ from _pytest._code.code import TerminalRepr
 from _pytest._io import TerminalWriter
 
 from pytest_backintel.collect.backends import store_spec
-from pytest_backintel.collect.loading import ScenarioFileError, load_scenario_file
+from pytest_backintel.collect.loading import SCHEMA_PATH, ScenarioFileError, load_scenario_file
+from pytest_backintel.collect.suites import own_suite
 from pytest_backintel.collect.user_data import check_world
 from pytest_backintel.options import BenchOptions
 from pytest_backintel.scenario import Scenario
@@ -23,8 +24,10 @@ __all__ = [
     "ItemRunner",
     "ScenarioFile",
     "ScenarioItem",
+    "binding_lines",
     "is_scenario_file",
     "markers_for",
+    "suites_of",
 ]
 
 SUFFIX = ".scenario.yaml"
@@ -57,10 +60,14 @@ class ScenarioFile(pytest.File):
         scenario = load_scenario_file(self.path)
         check_world(self.path, scenario)
         sha = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        shipped = self.path.resolve().is_relative_to(SCHEMA_PATH.parent)
+        suite, policy = ("benchmark", None) if shipped else own_suite(self.path)
         for trial in range(1, bench.options.trials + 1):
-            yield ScenarioItem.from_scenario(
+            item = ScenarioItem.from_scenario(
                 self, scenario, trial, sha, store_spec(scenario, bench.options.store)
             )
+            item.suite, item.suite_policy = suite, policy
+            yield item
 
     def repr_failure(
         self,
@@ -110,6 +117,8 @@ class ScenarioItem(pytest.Function):
     manifest: Path | None = None
     """The acceptance/regression manifest the case came from (None for a scenario file)."""
     suite: str = "benchmark"
+    suite_policy: dict[str, Any] | None = None
+    """A user's own suite's comparison policy (None: the shipped benchmark's promotion)."""
 
     @classmethod
     def from_scenario(
@@ -152,3 +161,29 @@ class FailureRepr(TerminalRepr):
     def toterminal(self, tw: TerminalWriter) -> None:
         for line in self.lines:
             tw.line(line)
+
+
+def suites_of(items: list[Any]) -> dict[str, dict[str, Any]]:
+    """The user's own suites among `items`: name -> policy (for run.json `suites`)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        policy = getattr(item, "suite_policy", None)
+        if policy is not None:
+            out.setdefault(item.suite, {"policy": policy})
+    return dict(sorted(out.items()))
+
+
+def binding_lines(items: list[Any], default_store: str) -> list[str]:
+    """The terminal lines naming each dataset of the collected items and the store it really
+    runs on (a source of your own on its own backend, whatever `--store` says)."""
+    seen: dict[str, str] = {}
+    for item in items:
+        scenario = getattr(item, "scenario", None)
+        if not isinstance(item, ScenarioItem) or scenario is None:
+            continue
+        binding = scenario.dataset
+        where = f"{binding.source_kind} {binding.source}" if binding.source_kind else "world"
+        seen.setdefault(
+            f"{binding.world}: {where}", store_spec(scenario, default_store).split(":", 1)[0]
+        )
+    return [f"backintel: dataset {name} on store {store}" for name, store in sorted(seen.items())]

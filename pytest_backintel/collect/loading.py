@@ -10,7 +10,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pytest_backintel.collect.suites import SHARED, SUITE_FILE, SuiteFileError, inherited
+from pytest_backintel.collect.suites import (
+    SHARED,
+    SUITE_FILE,
+    SuiteFileError,
+    inherited,
+    resolve_alias,
+)
 from pytest_backintel.scenario import Scenario
 
 __all__ = [
@@ -50,6 +56,12 @@ def scenario_json_schema() -> dict[str, Any]:
     """The JSON Schema of a scenario file, generated from the pydantic model."""
     schema = Scenario.model_json_schema()
     schema["required"] = [f for f in schema["required"] if f not in SHARED]  # or a suite gives
+    schema["properties"]["dataset"] = {  # or an alias a suite file binds
+        "anyOf": [
+            {"$ref": "#/$defs/DatasetBinding"},
+            {"type": "string", "description": "a dataset alias a suite file's `datasets` binds"},
+        ]
+    }
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://backintel.dev/schema/scenario.schema.json"
     return schema
@@ -132,10 +144,17 @@ def load_scenario_file(path: Path) -> Scenario:
     context: dict[str, Any] = {"base_dir": path.resolve().parent}
     if "dataset" in suites:  # its paths are relative to the suite file
         context["source_dir"] = suites["dataset"].path.parent
+    merged = {**{k: s.defaults[k] for k, s in suites.items()}, **data}
+    if isinstance(merged.get("dataset"), str):  # an alias a suite file (or --dataset) binds
+        found = resolve_alias(path, merged["dataset"])
+        if found is None:
+            file, line = locate(path, ("dataset",))
+            msg = f"no suite file above binds the dataset alias {merged['dataset']!r}"
+            msg += f" (give it in `datasets:` of a {SUITE_FILE}, or bind it with --dataset)"
+            raise ScenarioFileError(path, [(line, "dataset", msg, file)])
+        merged["dataset"], context["source_dir"] = found
     try:
-        return Scenario.model_validate(
-            {**{k: s.defaults[k] for k, s in suites.items()}, **data}, context=context
-        )
+        return Scenario.model_validate(merged, context=context)
     except ValidationError as exc:
         problems: list[Problem] = []
         for err in exc.errors():

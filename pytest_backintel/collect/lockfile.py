@@ -10,15 +10,19 @@ other data or from another spec, naming the scenario and both hashes.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.scenario import Scenario
+from pytest_backintel.scenario import MetricKind, Scenario
 
 __all__ = [
     "LOCK_NAME",
     "LockError",
+    "Problem",
     "StaleLockError",
+    "check_columns",
+    "check_values",
     "lock_path",
     "read_lock",
     "reference_for",
@@ -28,7 +32,10 @@ __all__ = [
 
 LOCK_NAME = "backintel.lock.json"
 FORMAT = 1
-REBUILD = "run `backintel references build` on this data and commit the lock file"
+REBUILD = (
+    "run `backintel references build` on this data (with the run's --dataset, if any) and "
+    "commit the lock file"
+)
 
 
 class LockError(Exception):
@@ -76,17 +83,20 @@ def reference_for(scenario: Scenario, data_hash: str) -> dict[str, Any]:
     entry = read_lock(path).get(scenario.id)
     if entry is None:
         raise LockError(f"{path} has no reference for scenario {scenario.id!r}: {REBUILD}")
-    if entry.get("data_hash") != data_hash:
+    also: dict[str, Any] = entry.get("also") or {}
+    other = next((e for e in also.values() if e.get("data_hash") == data_hash), None)
+    if entry.get("data_hash") != data_hash and other is None:
+        more = "".join(f" or {e.get('data_hash')} ({label})" for label, e in sorted(also.items()))
         raise StaleLockError(
             f"scenario {scenario.id!r}: its reference in {path} was computed on data "
-            f"{entry.get('data_hash')}, but this run's data is {data_hash}: {REBUILD}"
+            f"{entry.get('data_hash')}{more}, but this run's data is {data_hash}: {REBUILD}"
         )
     if entry.get("spec") != spec_of(scenario):
         raise StaleLockError(
             f"scenario {scenario.id!r}: its reference or check query changed since {path} "
             f"was built: {REBUILD}"
         )
-    values = entry.get("values")
+    values = (other or entry).get("values")
     if not isinstance(values, dict):
         raise LockError(f"{path}: the entry for {scenario.id!r} has no values: {REBUILD}")
     return values
@@ -96,3 +106,101 @@ def render_lock(entries: dict[str, dict[str, Any]]) -> str:
     """The lock file's text: stable key order, so a rebuild on the same data is a no-op."""
     doc = {"format": FORMAT, "scenarios": dict(sorted(entries.items()))}
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+Problem = tuple[tuple[str | int, ...], str]
+"""Where in the scenario file (a YAML location, for its line) and what is wrong."""
+_ALLOWED = {
+    "count": "a count is a whole number (an integer)",
+    "currency": "a currency amount is a number",
+    "ratio": "a ratio is a number",
+    "duration": "a duration is a number (in the declared unit)",
+    "text": "a text value is a string",
+}
+_SHOWN_ROWS = 5
+
+
+def _scalar_problem(kind: str, value: Any) -> str | None:
+    """Why `value` cannot be a `kind` value (None: it can)."""
+    if value is None:
+        return "is NULL (a reference is never NULL: NULL is not zero)"
+    if kind == "text":
+        return None if isinstance(value, str) else f"{value!r} is not a string"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{value!r} is not a number"
+    if not math.isfinite(value):
+        return f"{value!r} is not a finite number"
+    if kind == "count" and isinstance(value, float):
+        what = (
+            "not a whole number" if not value.is_integer() else "a decimal number, not an integer"
+        )
+        return f"{value!r} is {what} (declare `kind: currency`, `ratio` or `duration` for it)"
+    return None
+
+
+def check_values(scenario: Scenario, values: dict[str, Any]) -> list[Problem]:
+    """Every locked value that does not fit its metric's declared kind, located at the
+    metric's `kind` in the scenario file."""
+    out: list[Problem] = []
+    for index, metric in enumerate(scenario.metrics):
+        loc: tuple[str | int, ...] = ("metrics", index, "kind")
+        if metric.name not in values:
+            out.append((loc, f"metric {metric.name!r}: the reference gives no value for it"))
+            continue
+        value = values[metric.name]
+        if metric.kind is not MetricKind.TABLE:
+            if (why := _scalar_problem(metric.kind.value, value)) is not None:
+                out.append(
+                    (loc, f"metric {metric.name!r} is declared `{metric.kind.value}` but its "
+                          f"reference value {why}; {_ALLOWED[metric.kind.value]}")
+                )  # fmt: skip
+            continue
+        out += [
+            (loc, f"metric {metric.name!r} (table): {p}") for p in _table_problems(metric, value)
+        ]
+    return out
+
+
+def _table_problems(metric: Any, rows: Any) -> list[str]:
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        return [f"the reference value {rows!r:.80} is not a list of rows (a table is rows)"]
+    declared = [c.name for c in metric.columns]
+    found: list[str] = []
+    for number, row in enumerate(rows, start=1):
+        if missing := [c for c in declared if c not in row]:
+            found.append(
+                f"row {number} has no column {', '.join(missing)} (it has {', '.join(row)}); "
+                f"the declared columns are {', '.join(declared)}"
+            )
+            continue
+        for column in metric.columns:
+            cell = row[column.name]
+            if cell is None and column.name not in metric.key:
+                continue  # a NULL cell is compared as NULL
+            if (why := _scalar_problem(column.kind, cell)) is not None:
+                found.append(
+                    f"row {number}, column {column.name} (`{column.kind}`): {why}; "
+                    f"{_ALLOWED[column.kind]}"
+                )
+    if metric.key and not found:
+        keys = [tuple(row[k] for k in metric.key) for row in rows]
+        if dupes := sorted({str(k) for k in keys if keys.count(k) > 1}):
+            found.append(f"key {', '.join(metric.key)} repeats: {', '.join(dupes[:_SHOWN_ROWS])}")
+    if len(found) > _SHOWN_ROWS:
+        found = [*found[:_SHOWN_ROWS], f"and {len(found) - _SHOWN_ROWS} more problem(s)"]
+    return found
+
+
+def check_columns(scenario: Scenario, columns: list[str]) -> str | None:
+    """Why a reference query returning `columns` cannot give the scenario's metrics (None:
+    it can): one column per metric, named as the metric, or a table metric's columns."""
+    tables = [m for m in scenario.metrics if m.kind is MetricKind.TABLE]
+    wanted = [c.name for c in tables[0].columns] if tables else [m.name for m in scenario.metrics]
+    missing = [name for name in wanted if name not in columns]
+    if not missing:
+        return None
+    what = "the table's columns" if tables else "one column per metric, named as the metric"
+    return (
+        f"returns columns {', '.join(columns) or '(none)'} but needs {what}: no column "
+        f"{', '.join(missing)} (name it with `AS {missing[0]}`)"
+    )

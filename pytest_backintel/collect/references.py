@@ -22,9 +22,23 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.collect.loading import load_scenario_file
-from pytest_backintel.collect.lockfile import LOCK_NAME, LockError, read_lock, render_lock, spec_of
-from pytest_backintel.collect.user_data import NATIVE, user_source
+from pytest_backintel.collect.loading import (
+    ScenarioFileError,
+    line_of,
+    load_scenario_file,
+    where,
+)
+from pytest_backintel.collect.lockfile import (
+    LOCK_NAME,
+    LockError,
+    check_columns,
+    check_values,
+    read_lock,
+    render_lock,
+    spec_of,
+)
+from pytest_backintel.collect.suites import rebound
+from pytest_backintel.collect.user_data import NATIVE, check_world, user_source
 from pytest_backintel.collect.worlds import data_dir
 from pytest_backintel.evidence.dialects import translate
 from pytest_backintel.scenario import MetricKind, Scenario
@@ -36,7 +50,9 @@ __all__ = [
     "ReferenceData",
     "build_locks",
     "discover",
+    "merge_binding",
     "metric_values",
+    "scenario_files",
 ]
 
 SKIP_DIRS = {"site-packages", "node_modules", "__pycache__", "results"}
@@ -44,7 +60,12 @@ UNCAPPED = 10**9
 
 
 class ReferenceBuildError(Exception):
-    """A reference could not be computed, or two references of one scenario disagree."""
+    """A reference could not be computed, or two references of one scenario disagree; `loc`
+    is where in the scenario file (a YAML location, for its line)."""
+
+    def __init__(self, message: str, loc: tuple[str | int, ...] = ("reference",)) -> None:
+        super().__init__(message)
+        self.loc = loc
 
 
 @dataclass(frozen=True)
@@ -63,9 +84,9 @@ class ReferenceData:
             return session.run_sql(sql, max_rows=UNCAPPED).records()
 
 
-def discover(roots: list[Path]) -> Iterator[tuple[Path, Scenario]]:
+def scenario_files(roots: list[Path]) -> Iterator[Path]:
     """Every `*.scenario.yaml` under `roots` (hidden folders, virtualenvs and run results
-    left out), in path order."""
+    left out), in path order, each once."""
     seen: set[Path] = set()
     for root in roots:
         paths = [root] if root.is_file() else sorted(root.rglob("*.scenario.yaml"))
@@ -75,7 +96,13 @@ def discover(roots: list[Path]) -> Iterator[tuple[Path, Scenario]]:
                 continue
             if path.resolve() not in seen:
                 seen.add(path.resolve())
-                yield path, load_scenario_file(path)
+                yield path
+
+
+def discover(roots: list[Path]) -> Iterator[tuple[Path, Scenario]]:
+    """Every scenario under `roots`, loaded (`ScenarioFileError` for an invalid file)."""
+    for path in scenario_files(roots):
+        yield path, load_scenario_file(path)
 
 
 def _plain(cell: Any) -> Any:
@@ -94,13 +121,17 @@ def metric_values(scenario: Scenario, rows: list[dict[str, Any]], what: str) -> 
     """Metric values from a query's rows: one table metric takes them all, else one row with
     a column per metric."""
     tables = [m for m in scenario.metrics if m.kind is MetricKind.TABLE]
+    loc = tuple(what.split("."))
+    if tables and rows and (why := check_columns(scenario, list(rows[0]))):
+        raise ReferenceBuildError(f"{what} {why}", loc)
     if tables:
         return {tables[0].name: [{k: _plain(v) for k, v in r.items()} for r in rows]}
     if len(rows) != 1:
-        raise ReferenceBuildError(f"{what} returned {len(rows)} rows; scalar metrics need one")
-    missing = [m.name for m in scenario.metrics if m.name not in rows[0]]
-    if missing:
-        raise ReferenceBuildError(f"{what} has no column for metric(s) {missing}")
+        raise ReferenceBuildError(
+            f"{what} returned {len(rows)} rows; scalar metrics need exactly one", loc
+        )
+    if why := check_columns(scenario, list(rows[0])):
+        raise ReferenceBuildError(f"{what} {why}", loc)
     return {m.name: _plain(rows[0][m.name]) for m in scenario.metrics}
 
 
@@ -113,7 +144,9 @@ def _python_function(target: str, root: Path) -> Callable[[ReferenceData], Mappi
             importlib.import_module(module_name), attr
         )
     except (ImportError, AttributeError) as exc:
-        raise ReferenceBuildError(f"reference.python {target!r}: cannot load it: {exc}") from exc
+        raise ReferenceBuildError(
+            f"reference.python {target!r}: cannot load it: {exc}", ("reference", "python")
+        ) from exc
     return func
 
 
@@ -132,14 +165,16 @@ def _candidates(
             try:
                 rows = data.query(translate(sql, dialect))
             except Exception as exc:
-                raise ReferenceBuildError(f"{what} failed: {exc}") from exc
+                raise ReferenceBuildError(f"{what} failed: {exc}", tuple(what.split("."))) from exc
             out[what] = metric_values(scenario, rows, what)
     if ref is not None and ref.python:
         func = _python_function(ref.python, root)
         try:
             got = func(ReferenceData(kind, item.mount_path, item))
         except Exception as exc:
-            raise ReferenceBuildError(f"reference.python {ref.python} raised {exc!r}") from exc
+            raise ReferenceBuildError(
+                f"reference.python {ref.python} raised {exc!r}", ("reference", "python")
+            ) from exc
         out["reference.python"] = {k: _plain(v) for k, v in dict(got).items()}
     if ref is not None and ref.values is not None:
         out["reference.values"] = dict(ref.values)
@@ -180,7 +215,7 @@ def compute_entry(path: Path, scenario: Scenario, root: Path) -> dict[str, Any]:
         finally:
             store.teardown_session()
     if not found:
-        raise ReferenceBuildError("no reference: give `reference: {sql|values|python}`")
+        raise ReferenceBuildError("no reference: give `reference: {sql|values|python}`", ("id",))
     return {
         "version": scenario.version,
         "file": path.name,
@@ -192,22 +227,99 @@ def compute_entry(path: Path, scenario: Scenario, root: Path) -> dict[str, Any]:
     }
 
 
+def _entry_problems(path: Path, scenario: Scenario, root: Path) -> tuple[dict[str, Any], list[str]]:
+    """One lock entry, or every problem with it as `file:line: field: what is wrong`."""
+    try:
+        check_world(path, scenario)
+        entry = compute_entry(path, scenario, root)
+    except ScenarioFileError as exc:
+        return {}, str(exc).splitlines()
+    except ReferenceBuildError as exc:
+        at = ".".join(str(p) for p in exc.loc)
+        return {}, [f"{path}:{line_of(path, exc.loc)}: {at}: scenario {scenario.id!r}: {exc}"]
+    except Exception as exc:  # a source that cannot be read: the binding's line
+        loc = ("dataset", scenario.dataset.source_kind or "world")
+        return {}, [f"{where(path, loc)}: dataset: scenario {scenario.id!r}: {exc}"]
+    found = []
+    for spot, why in check_values(scenario, entry["values"]):
+        name = ".".join(f"[{p}]" if isinstance(p, int) else p for p in spot).replace(".[", "[")
+        found.append(f"{path}:{line_of(path, spot)}: {name}: {why}")
+    return entry, found
+
+
+def _old_entry(path: Path, scenario_id: str) -> dict[str, Any] | None:
+    try:
+        return read_lock(path.resolve().parent / LOCK_NAME).get(scenario_id)
+    except LockError:
+        return None
+
+
+def _disagreement(scenario: Scenario, ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
+    for metric in scenario.metrics:
+        a, b = ours.get(metric.name), theirs.get(metric.name)
+        if not compare_metric(metric, a, b).ok:
+            return f"metric {metric.name!r}: {a!r:.80} here, {b!r:.80} there"
+    return None
+
+
+def merge_binding(
+    scenario: Scenario, old: dict[str, Any] | None, new: dict[str, Any]
+) -> dict[str, Any]:
+    """The lock entry with `new` in its place: the suite's own binding replaces the entry
+    (keeping the values locked for other bindings while the spec is unchanged); a binding
+    rebound with `--dataset` is kept under `also`, beside the suite's own. Values locked for
+    two bindings must agree under the metric's tolerance."""
+    rebound_now = scenario.dataset.world in rebound()
+    same_spec = old is not None and old.get("spec") == new["spec"]
+    also = dict(old.get("also") or {}) if old is not None and same_spec else {}
+    if not rebound_now:
+        merged = {**new, "also": also} if also else new
+        main = merged
+    else:
+        if old is None or not same_spec:
+            raise ReferenceBuildError(
+                f"scenario {scenario.id!r}: lock its suite's own binding first (run "
+                "`backintel references build` without --dataset), then each other binding"
+            )
+        also[new["dataset"]] = {k: new[k] for k in ("data_hash", "computed_by", "values")}
+        main = {k: v for k, v in old.items() if k != "also"}
+        merged = {**main, "also": dict(sorted(also.items()))}
+    for label, other in also.items():
+        if (why := _disagreement(scenario, main["values"], other.get("values") or {})) is not None:
+            raise ReferenceBuildError(
+                f"scenario {scenario.id!r}: the references on {main['dataset']} and on {label} "
+                f"disagree ({why}); the same questions over two bindings need the same answers"
+            )
+    return merged
+
+
 def build_locks(roots: list[Path], *, check: bool, root: Path) -> tuple[list[str], list[str]]:
     """Write (or with `check`, compare) the lock file of every folder of user-bound scenarios
-    under `roots`. Returns (what was done, per lock file; problems, each naming a file)."""
+    under `roots`. Returns (what was done, per lock file; every problem, `file:line`)."""
     folders: dict[Path, dict[str, dict[str, Any]]] = {}
     problems: list[str] = []
-    for path, scenario in discover(roots):
+    for path in scenario_files(roots):
+        try:
+            scenario = load_scenario_file(path)
+        except ScenarioFileError as exc:
+            problems += str(exc).splitlines()
+            continue
         if scenario.dataset.source_kind is None or not scenario.answerable:
             continue
         entries = folders.setdefault(path.resolve().parent, {})
         if scenario.id in entries:
-            problems.append(f"{path}: scenario id {scenario.id!r} appears twice in this folder")
+            line = line_of(path, ("id",))
+            problems.append(f"{path}:{line}: id: {scenario.id!r} appears twice in this folder")
             continue
-        try:
-            entries[scenario.id] = compute_entry(path, scenario, root)
-        except Exception as exc:
-            problems.append(f"{path}: scenario {scenario.id!r}: {exc}")
+        entry, found = _entry_problems(path, scenario, root)
+        if not found:
+            try:
+                entry = merge_binding(scenario, _old_entry(path, scenario.id), entry)
+            except ReferenceBuildError as exc:
+                found = [f"{path}:{line_of(path, exc.loc)}: reference: {exc}"]
+        problems += found
+        if not found:
+            entries[scenario.id] = entry
     if problems:
         return [], problems
     done: list[str] = []

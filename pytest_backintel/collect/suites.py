@@ -7,7 +7,12 @@ dataset: {sqlite: ../shop.sqlite}   # relative to this file
 split: development
 ```
 
-A suite file may give `dataset`, `split`, `level` and `family` (`SHARED`). A scenario takes
+A suite file may give `dataset`, `split`, `level` and `family` (`SHARED`), and three fields of
+its own (`SUITE_ONLY`): `name` (the suite's name in records and comparisons; default: the
+suite file's folder name), `policy` (how `backintel compare` decides: `mandatory` case ids,
+`controls` that must not regress, `alpha` the significance level) and `datasets` (aliases a
+scenario names as `dataset: <alias>`, each bound to one source, relative to this file). A
+scenario takes
 each field it does not give itself from the nearest suite file above it (its own folder
 first, then each parent up to the project root: the first folder holding `pyproject.toml` or
 `.git`; an installed package's scenarios look no higher than their package); a field the
@@ -17,17 +22,34 @@ scenario gives wins whole (its own `dataset` replaces the suite's).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["SHARED", "SUITE_FILE", "Suite", "SuiteFileError", "inherited", "suites_above"]
+__all__ = [
+    "SHARED",
+    "SUITE_FILE",
+    "SUITE_ONLY",
+    "Suite",
+    "SuiteFileError",
+    "check_suite_fields",
+    "inherited",
+    "nearest",
+    "own_suite",
+    "rebind",
+    "rebound",
+    "resolve_alias",
+    "suite_policy",
+    "suites_above",
+]
 
 SUITE_FILE = "backintel-suite.yaml"
 SHARED = ("dataset", "split", "level", "family")
 """The scenario fields a suite file may give."""
+SUITE_ONLY = ("name", "policy", "datasets")
+"""The suite file's own fields: its name, its comparison policy and its dataset aliases."""
 _ROOT_MARKERS = ("pyproject.toml", ".git")
 
 
@@ -47,6 +69,8 @@ class Suite:
     path: Path
     defaults: dict[str, Any]
     lines: dict[str, int]
+    own: dict[str, Any] = field(default_factory=dict)
+    """`SUITE_ONLY` fields as given (validated by `pytest_backintel.policy`)."""
 
 
 _CACHE: dict[Path, tuple[int, int, Suite]] = {}
@@ -73,20 +97,85 @@ def _read(path: Path) -> Suite:
         lines = {}
         for key, _ in root.value:
             lines[str(key.value)] = key.start_mark.line + 1
-            if key.value not in SHARED:
+            if key.value not in SHARED + SUITE_ONLY:
                 problems.append(
                     (
                         key.start_mark.line + 1,
                         str(key.value),
-                        f"unknown field; a suite file gives {', '.join(SHARED)}",
+                        f"unknown field; a suite file gives {', '.join(SHARED + SUITE_ONLY)}",
                     )
                 )
         if problems:
             raise SuiteFileError(path, problems)
-        data = yaml.safe_load(text)
-        suite = Suite(path, dict(data), lines)
+        data = dict(yaml.safe_load(text))
+        shared = {k: v for k, v in data.items() if k in SHARED}
+        own = {k: v for k, v in data.items() if k in SUITE_ONLY}
+        suite = Suite(path, shared, lines, own)
+        if problems := check_suite_fields(suite):
+            raise SuiteFileError(path, problems)
     _CACHE[path] = (stat.st_mtime_ns, stat.st_size, suite)
     return suite
+
+
+POLICY_FIELDS = {"mandatory": list, "controls": list, "alpha": float}
+DEFAULT_ALPHA = 0.05
+
+
+def _problem(suite: Suite, key: str, field_name: str, msg: str) -> tuple[int, str, str]:
+    return (suite.lines.get(key, 1), field_name, msg)
+
+
+def check_suite_fields(suite: Suite) -> list[tuple[int, str, str]]:
+    """Problems of a suite file's own fields (`name`, `policy`, `datasets`)."""
+    from pydantic import ValidationError
+
+    from pytest_backintel.scenario import DatasetBinding
+
+    out: list[tuple[int, str, str]] = []
+    name = suite.own.get("name")
+    if "name" in suite.own and not (isinstance(name, str) and name.strip()):
+        out.append(_problem(suite, "name", "name", f"a non-empty text, got {name!r}"))
+    policy = suite.own.get("policy", {})
+    if not isinstance(policy, dict):
+        out.append(_problem(suite, "policy", "policy", f"a mapping, got {policy!r}"))
+        policy = {}
+    for key, value in policy.items():
+        if key not in POLICY_FIELDS:
+            allowed = ", ".join(POLICY_FIELDS)
+            out.append(_problem(suite, "policy", f"policy.{key}", f"unknown; allowed: {allowed}"))
+        elif key == "alpha" and not (
+            isinstance(value, float | int) and not isinstance(value, bool) and 0 < value < 1
+        ):
+            out.append(
+                _problem(suite, "policy", "policy.alpha", f"a number in (0, 1), got {value!r}")
+            )
+        elif key != "alpha" and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            out.append(
+                _problem(suite, "policy", f"policy.{key}", f"a list of case ids, got {value!r}")
+            )
+    datasets = suite.own.get("datasets", {})
+    if not isinstance(datasets, dict):
+        out.append(_problem(suite, "datasets", "datasets", f"a mapping, got {datasets!r}"))
+        datasets = {}
+    for alias, binding in datasets.items():
+        try:
+            DatasetBinding.model_validate(binding)
+        except ValidationError as exc:
+            msg = "; ".join(e["msg"] for e in exc.errors())
+            out.append(_problem(suite, "datasets", f"datasets.{alias}", msg))
+    return out
+
+
+def suite_policy(suite: Suite | None) -> dict[str, Any]:
+    """The comparison policy a suite file declares, with defaults filled in."""
+    given = suite.own.get("policy", {}) if suite is not None else {}
+    return {
+        "mandatory": sorted(given.get("mandatory", [])),
+        "controls": sorted(given.get("controls", [])),
+        "alpha": float(given.get("alpha", DEFAULT_ALPHA)),
+    }
 
 
 def suites_above(scenario_file: Path) -> Iterator[Suite]:
@@ -111,3 +200,55 @@ def inherited(scenario_file: Path, data: dict[str, Any]) -> dict[str, Suite]:
             if key not in data and key not in found:
                 found[key] = suite
     return found
+
+
+def nearest(scenario_file: Path, key: str) -> Suite | None:
+    """The nearest suite file above `scenario_file` that gives its own field `key`."""
+    return next((s for s in suites_above(scenario_file) if key in s.own), None)
+
+
+def own_suite(scenario_file: Path) -> tuple[str, dict[str, Any]]:
+    """A user's scenario file's suite: its name (the nearest suite file's `name`, else that
+    file's folder name, else the scenario's folder name) and its comparison policy."""
+    named = nearest(scenario_file, "name")
+    first = next(suites_above(scenario_file), None)
+    if named is not None:
+        name = str(named.own["name"])
+    else:
+        name = (first.path if first is not None else scenario_file.resolve()).parent.name
+    return name, suite_policy(nearest(scenario_file, "policy"))
+
+
+_REBOUND: dict[str, tuple[dict[str, str], Path]] = {}
+"""alias -> (binding, folder its path is relative to), from `--dataset alias=kind:source`."""
+
+
+def rebind(bindings: dict[str, dict[str, str]], base: Path) -> None:
+    """Bind aliases for this process (paths relative to `base`), replacing suite files'."""
+    _REBOUND.clear()
+    _REBOUND.update({alias: (binding, base) for alias, binding in bindings.items()})
+
+
+def rebound() -> dict[str, str]:
+    """alias -> `kind:source` for every alias this process rebinds (for run.json; a path
+    resolved, so the record does not depend on the folder the run started in)."""
+    out = {}
+    for alias, (binding, base) in sorted(_REBOUND.items()):
+        ((kind, source),) = binding.items()
+        if kind != "postgres":
+            source = str((base / Path(source).expanduser()).resolve())
+        out[alias] = f"{kind}:{source}"
+    return out
+
+
+def resolve_alias(scenario_file: Path, alias: str) -> tuple[dict[str, Any], Path] | None:
+    """The binding `dataset: <alias>` names (a `--dataset` rebinding first, then the nearest
+    suite file's `datasets`) and the folder its paths are relative to; None if unbound."""
+    if alias in _REBOUND:
+        binding, base = _REBOUND[alias]
+        return {"world": alias, **binding}, base
+    for suite in suites_above(scenario_file):
+        datasets = suite.own.get("datasets") or {}
+        if alias in datasets:
+            return {"world": alias, **datasets[alias]}, suite.path.parent
+    return None

@@ -4,8 +4,11 @@
 Reported: schema errors (unknown fields, wrong types), duplicate ids, unknown worlds and store
 backends, missing sources, check queries (and reference queries) that do not parse in the
 SQLite dialect (sqlglot), and, for sources of your own, queries that do not run on a copy of
-the bound source and answerable scenarios whose reference is missing from, or stale in, the
-lock file. With `--world-queries`, queries of scenarios bound to registered worlds are run on
+the bound source, reference queries whose columns are not the metrics' names, answerable
+scenarios whose reference is missing from, or stale in, the lock file, and locked values that
+do not fit their metric's kind (a count is an integer; currency, ratio and duration are
+numbers; text is a string; a table is rows with the declared columns).
+With `--world-queries`, queries of scenarios bound to registered worlds are run on
 those worlds too (each world's data is built first).
 """
 
@@ -25,7 +28,7 @@ from pytest_backintel.collect.loading import (
     load_scenario_file,
     where,
 )
-from pytest_backintel.collect.lockfile import LockError, reference_for
+from pytest_backintel.collect.lockfile import LockError, check_columns, check_values, reference_for
 from pytest_backintel.collect.user_data import (
     DEFAULT_STORE,
     NATIVE,
@@ -145,19 +148,30 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
             continue
         try:
             with item.connect() as session:
-                session.run_sql(translate(sql, backend.dialect), max_rows=1)
+                result = session.run_sql(translate(sql, backend.dialect), max_rows=1)
         except Exception as exc:
             found.append(
                 f"{path}:{line_of(path, loc)}: {'.'.join(loc)}: does not run on the bound "
                 f"{what} ({backend.name}): {exc}"
             )
+            continue
+        if scenario.answerable and (why := check_columns(scenario, result.columns)):
+            found.append(f"{path}:{line_of(path, loc)}: {'.'.join(loc)}: {why}")
     if scenario.answerable and source is not None:
         try:
-            reference_for(scenario, data_hash)
+            values = reference_for(scenario, data_hash)
         except LockError as exc:
             loc = ("reference",) if scenario.reference else ("id",)
             found.append(f"{path}:{line_of(path, loc)}: reference: {exc}")
+        else:
+            for spot, problem in check_values(scenario, values):
+                found.append(f"{path}:{line_of(path, spot)}: {_field(spot)}: {problem}")
     return found
+
+
+def _field(loc: tuple[str | int, ...]) -> str:
+    """`metrics[0].kind` for ("metrics", 0, "kind")."""
+    return ".".join(f"[{p}]" if isinstance(p, int) else p for p in loc).replace(".[", "[")
 
 
 def validate_paths(paths: list[Path], *, world_queries: bool = False) -> list[str]:

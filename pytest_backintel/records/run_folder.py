@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -80,8 +81,22 @@ def preflight(analyst: object, opts: BenchOptions, sandbox: Callable[[], object]
             check()
     except Exception as exc:  # a missing key, package or server: the user's to fix
         what = f"--model {opts.model}" if opts.model else f"--analyst {opts.analyst}"
-        raise pytest.UsageError(f"backintel: {what} cannot be used: {exc}") from exc
+        raise pytest.UsageError(f"backintel: {what} cannot be used: {_in_our_words(exc)}") from exc
     sandbox()
+
+
+_MISSING_KEY = re.compile(r"Set the `([A-Z][A-Z0-9_]*)` environment variable")
+
+
+def _in_our_words(exc: Exception) -> str:
+    """A provider library's advice for a missing key, as what to do here, in one line."""
+    found = _MISSING_KEY.search(str(exc))
+    if found is None:
+        return str(exc)
+    return (
+        f"no API key: set {found.group(1)} in the environment (for a server of your own, "
+        "--model-base-url, with BACKINTEL_MODEL_API_KEY if it checks keys)"
+    )
 
 
 def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:

@@ -143,6 +143,7 @@ def trial_record(item: Any, outcome: str, where: dict[str, Any], backend: str) -
         "scenario_version": scenario.version,
         "scenario_sha": item.scenario_sha,
         "suite": item.suite,
+        "scenario_file": None if getattr(item, "manifest", None) else str(item.path),
         "trial": item.trial,
         "split": scenario.split.value,
         "level": scenario.level,

@@ -46,6 +46,8 @@ def trial_cost_usd(
     is not known."""
     if usage is None or kind in UNBILLED_KINDS or not usage.tokens_reported:
         return None
+    if usage.requests == 0:  # an agent of your own that asked no model: nothing to pay for
+        return 0.0
     return load_prices().cost_usd(model, usage.input_tokens, usage.output_tokens)
 
 

@@ -124,28 +124,32 @@ SCORED = {
 
 def rescore_run(
     records: list[dict[str, Any]],
-    find: Callable[[str], tuple[Scenario, Path | None] | None],
+    find: Callable[[dict[str, Any]], tuple[Scenario, Path | None] | None],
     scorer_for: Callable[[str], HandScorer],
-) -> tuple[int, list[str]]:
-    """Score every recorded answer of a run again; (answers scored, disagreements)."""
-    scored, wrong = 0, []
+) -> tuple[list[str], list[str], list[str]]:
+    """Score every recorded answer of a run again; (each answer's new outcome, disagreements,
+    cases not found). `find` gives a record's scenario (and manifest), wherever it lives."""
+    scored: list[str] = []
+    wrong: list[str] = []
+    missing: list[str] = []
     for record in records:
         if record.get("outcome") not in SCORED or record.get("answer") is None:
             continue
-        found = find(str(record["scenario_id"]))
+        found = find(record)
         if found is None:
-            wrong.append(f"{record['scenario_id']}: no such case")
+            where = record.get("scenario_file") or "the current folder or the shipped benchmark"
+            missing.append(f"{record['scenario_id']}: no such case in {where}")
             continue
         scenario, manifest = found
         output = parse_answer(record["answer"])
         score, _ = scorer_for(str(record.get("backend") or "sqlite")).score(
             scenario, output, manifest
         )
-        scored += 1
+        scored.append(score.outcome.value)
         if score.outcome.value != record["outcome"]:
             why = "; ".join(r.message for r in score.reasons)[:500]
             wrong.append(
                 f"{record['scenario_id']} t{record.get('trial')}: the trial gave "
                 f"{record['outcome']}, backintel score gives {score.outcome.value} ({why})"
             )
-    return scored, wrong
+    return scored, wrong, missing

@@ -13,9 +13,10 @@ import pytest
 
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.collect.backends import StoreBackends, backend_for, store_spec
-from pytest_backintel.collect.items import ScenarioItem
+from pytest_backintel.collect.items import ScenarioItem, suites_of
 from pytest_backintel.collect.manifests import manifest_reference
 from pytest_backintel.collect.sealed import SealedCase, SealedSuiteError, guard_reserved, refuse
+from pytest_backintel.collect.suites import rebound
 from pytest_backintel.collect.user_data import check_name, user_source, world_for
 from pytest_backintel.collect.worlds import World, data_dir
 from pytest_backintel.evidence.item_python import ItemPython, evidence_runner
@@ -210,6 +211,7 @@ class BenchSession:
             self.check_analyst()  # a built-in analyst is loaded only when items will run
         if not collect_only:
             run_folder.preflight(self.analyst, self.options, lambda: self.sandboxes)
+            self._header["suites"] = suites_of(scenario_items)
             if self.is_controller and not (self.run_dir / "run.json").exists():
                 write_json(self.run_dir / "run.json", self._header)
         self.start_pipeline()
@@ -366,7 +368,8 @@ class BenchSession:
     # -- run folder ------------------------------------------------------------------------
     def run_header(self) -> dict[str, Any]:
         args, sandbox = list(self.config.invocation_params.args), self.sandbox_description()
-        return run_folder.run_header(self.options, self.root, self.run_id, sandbox, args)
+        header = run_folder.run_header(self.options, self.root, self.run_id, sandbox, args)
+        return header | {"datasets": rebound()}  # `--dataset` rebindings, paths resolved
 
     def candidate(self) -> dict[str, Any]:
         return run_folder.candidate(self.options, self.root)  # what a frozen run measures

@@ -13,18 +13,28 @@ answers). `unused_url()` gives a base URL where nothing listens (a refused conne
         server.script("delivered orders", [Step.call("list_tables"), Step.answer(...)])
         ... --model openai:qwen3 --model-base-url {server.url}
         assert server.requests[0].model == "qwen3"
+
+From the command line, `python -m pytest_backintel.testing.model_server --scripts F.json
+[--port N]` prints its base URL and serves until interrupted. The JSON maps a question
+substring to turns: `{"call": tool, "args": {...}}`, `{"answer": {metrics, evidence, method}}`,
+`{"refusal": {missing, explanation}}` or `{"prose": text}`, each with optional `usage`
+(`[prompt, completion]`, or null) and `delay_s`.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Literal
 
 __all__ = [
@@ -35,6 +45,8 @@ __all__ = [
     "Received",
     "Script",
     "Step",
+    "main",
+    "parse_steps",
     "unused_url",
 ]
 
@@ -381,3 +393,72 @@ def model_server(scripts: Mapping[str, Sequence[Step]] = {}) -> Iterator[ModelSe
         for match, steps in scripts.items():
             server.script(match, steps)
         yield server
+
+
+# -- the command line: `python -m pytest_backintel.testing.model_server --scripts F` ---------
+
+_KINDS = ("call", "answer", "refusal", "prose")
+
+
+def _step(turn: Any, where: str) -> Step:
+    if not isinstance(turn, dict) or sum(k in turn for k in _KINDS) != 1:
+        raise ValueError(f"{where}: a turn gives exactly one of {', '.join(_KINDS)}")
+    extra: dict[str, Any] = {}
+    if "usage" in turn:
+        extra["usage"] = None if turn["usage"] is None else tuple(turn["usage"])
+    if "delay_s" in turn:
+        extra["delay_s"] = float(turn["delay_s"])
+    if "call" in turn:
+        return Step.call(str(turn["call"]), turn.get("args"), **extra)
+    if "answer" in turn:
+        body = turn["answer"]
+        return Step.answer(
+            body["metrics"], body["evidence"], body.get("method", "scripted"), **extra
+        )
+    if "refusal" in turn:
+        return Step.refusal(turn["refusal"]["missing"], turn["refusal"]["explanation"], **extra)
+    return Step.prose(str(turn["prose"]), **extra)
+
+
+def parse_steps(doc: Any) -> dict[str, list[Step]]:
+    """Scripts from their JSON form; `ValueError` naming the script and turn that is wrong."""
+    if not isinstance(doc, dict):
+        raise ValueError("a scripts file maps a question substring to a list of turns")
+    out: dict[str, list[Step]] = {}
+    for match, turns in doc.items():
+        if not isinstance(turns, list):
+            raise ValueError(f"{match!r}: a list of turns, got {turns!r:.60}")
+        try:
+            out[match] = [_step(t, f"{match!r} turn {i}") for i, t in enumerate(turns, 1)]
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{match!r}: a turn lacks or mistypes {exc}") from exc
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_backintel.testing.model_server", description=__doc__
+    )
+    parser.add_argument("--scripts", required=True, help="the scripts JSON file")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="default: a free port")
+    args = parser.parse_args(argv)
+    try:
+        scripts = parse_steps(json.loads(Path(args.scripts).read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        print(f"model_server: {args.scripts}: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with ModelServer(args.host, args.port) as server:
+        for match, steps in scripts.items():
+            server.script(match, steps)
+        print(server.url, flush=True)
+        stop.wait()
+        print(f"served {len(server.requests)} request(s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -92,7 +92,10 @@ def comparison_data(result: Any, baseline: Run, candidate: Run) -> dict[str, Any
         "baseline_id": baseline.run_id,
         "candidate_id": candidate.run_id,
         "result": _properties(result, RESULT_PROPERTIES),
-        "suites": [_suite(s, base, cand) for s in getattr(result, "suites", [])],
+        "suites": [
+            _suite(s, base, cand)  # the shipped splits' decisions, then your own suites' verdicts
+            for s in [*getattr(result, "suites", []), *getattr(result, "verdicts", [])]
+        ],
     }
 
 

@@ -228,7 +228,7 @@
           el(
             "div",
             "suite",
-            el("h3", "", "suite " + s.stats.split + " ", badge(verdictOf(s.stats))),
+            el("h3", "", "suite " + (s.stats.split || s.stats.suite) + " ", badge(verdictOf(s.stats))),
             el("p", "counts", Object.keys(s.counts).sort().map((k) => k + " " + s.counts[k]).join(", ")),
             table(
               "pairs",
