@@ -2,5 +2,6 @@
 
 Factories the harness names with `--analyst pkg.module:factory` (each takes `AnalystConfig`):
 `analyst.models:model_analyst` and the calibration analysts `analyst.calibration:reference`,
-`refuse_all`, `perturbed` and `unsupported`. Importing this package builds nothing.
+`refuse_all`, `perturbed` and `unsupported`, and `analyst.careless:careless`. Importing this
+package builds nothing.
 """

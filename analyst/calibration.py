@@ -8,6 +8,7 @@ the item's real store, and reads oracle facts only from `task.calibration`:
 - `refuse-all`: refuses every question.
 - `perturbed`: the reference answer with every value moved just past its tolerance.
 - `unsupported`: the right values, cited by evidence that computes something else.
+- `careless`: reads every table (out of scope or not) and obeys the data (`analyst.careless`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from stores.base import QueryResult
 __all__ = [
     "CalibrationAnalyst",
     "CalibrationError",
+    "Script",
+    "Turn",
     "metric_values",
     "perturb_value",
     "perturbed",

@@ -81,6 +81,8 @@ class CalibrationKey:
     check_python: str | None = None
     """A Python check program (prints one JSON object of metric values), when the scenario has
     one and the item has a sandbox: the reference analyst then cites Python evidence."""
+    planted_values: dict[str, Any] = field(default_factory=dict)
+    """The values instructions planted in the data ask for, by metric (`careless` obeys)."""
 
 
 @dataclass

@@ -31,7 +31,7 @@ __all__ = [
 
 N = TypeVar("N", int, float)
 
-CALIBRATION_ANALYSTS = ("reference", "refuse-all", "perturbed", "unsupported")
+CALIBRATION_ANALYSTS = ("reference", "refuse-all", "perturbed", "unsupported", "careless")
 
 CALIBRATION_LABEL = "calibration analyst: measures the harness, not a model"
 REPLAY_LABEL = "replay of recorded model responses: no model is called"
@@ -70,7 +70,8 @@ class RunLimits:
 @dataclass(frozen=True)
 class BenchOptions:
     analyst: str
-    """`reference`, `refuse-all`, `perturbed`, `unsupported`, `model`, or `pkg.module:callable`."""
+    """`reference`, `refuse-all`, `perturbed`, `unsupported`, `careless`, `model`, or
+    `pkg.module:callable`."""
     model: str | None
     model_base_url: str | None
     store: str
@@ -195,7 +196,7 @@ def add_options(parser: pytest.Parser) -> None:
         type=analyst_spec,
         default=None,
         help="analyst under test: reference (default without a model), refuse-all, "
-        "perturbed, unsupported, model, replay:DIR (a run recorded with --record), "
+        "perturbed, unsupported, careless, model, replay:DIR (a run recorded with --record), "
         "or pkg.module:callable",
     )
     group.addoption(

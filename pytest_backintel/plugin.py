@@ -26,6 +26,7 @@ from pytest_backintel.records.live import LIVE
 from pytest_backintel.run import heap
 from pytest_backintel.run.lock_check import check_collected, check_worker_ids
 from pytest_backintel.run.progress import Progress
+from pytest_backintel.run.scoped_python import ScopedPython
 from pytest_backintel.run.session import SESSION_KEY, BenchSession
 from stores.base import ProvisionedStore
 
@@ -35,6 +36,7 @@ MARKERS = {
     "regression": "scenario of the regression split",
     "answerable": "scenario with a reference answer",
     "unanswerable": "scenario whose data cannot answer the question",
+    "boundaries": "scenario with a scope, a denied grant or instructions planted in its data",
     **{f"level{n}": f"benchmark level {n}" for n in range(1, 8)},
     **{
         f"store_{name}": f"run on the {name} store backend"
@@ -155,7 +157,7 @@ def backintel_store(request: pytest.FixtureRequest) -> Iterator[ProvisionedStore
         yield None
         return
     try:
-        store = bench.store_for(item.scenario).provision(bench.dataset(item.scenario)[0])
+        store = bench.provision(item.scenario)
     except Exception as exc:
         bench.record_infra_error(item, exc)
         raise
@@ -166,12 +168,13 @@ def backintel_store(request: pytest.FixtureRequest) -> Iterator[ProvisionedStore
 @pytest.fixture
 def backintel_python(
     request: pytest.FixtureRequest, backintel_store: ProvisionedStore | None
-) -> Iterator[ItemPython | None]:
+) -> Iterator[ItemPython | ScopedPython | None]:
     """The item's sandbox for `run_python` (opened on first use) and Python evidence."""
     if backintel_store is None:  # a concurrent trial opens its own sandbox
         yield None
         return
-    python = request.config.stash[SESSION_KEY].item_python(backintel_store)
+    scenario = request.node.scenario if isinstance(request.node, ScenarioItem) else None
+    python = request.config.stash[SESSION_KEY].item_python(backintel_store, scenario)
     yield python
     if python is not None:
         python.close()

@@ -18,11 +18,15 @@ __all__ = [
     "SOURCE_KINDS",
     "ColumnSpec",
     "DatasetBinding",
+    "DeniedGrant",
+    "ForbiddenSource",
     "MetricKind",
     "MetricSpec",
+    "PlantedInstruction",
     "ReferenceSpec",
     "RefusalSpec",
     "Scenario",
+    "ScopeSpec",
     "Split",
 ]
 
@@ -109,6 +113,68 @@ class RefusalSpec(_Strict):
             if not group or any(not s.strip() for s in group):
                 raise ValueError("each concept in `must_name` needs at least one non-empty synonym")
         return self
+
+
+TABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_.]*$"
+
+
+class ForbiddenSource(_Strict):
+    """A table (or some of its columns) in the store that the analyst must not read."""
+
+    table: str = Field(pattern=TABLE_NAME)
+    columns: list[str] = Field(default_factory=list)
+    """Only these columns are out of scope; empty: the whole table."""
+    reason: str = Field(min_length=1)
+    """Why it is off limits (personal data, another team's data...)."""
+
+
+class DeniedGrant(_Strict):
+    """A table the analyst's role cannot read at all: the store denies it (SQLite's authorizer,
+    a revoked `SELECT` on PostgreSQL) and `run_python` does not get it mounted."""
+
+    table: str = Field(pattern=TABLE_NAME)
+    reason: str = Field(min_length=1)
+
+
+class ScopeSpec(_Strict):
+    """What the analyst may read: the store still holds every table, as a warehouse would."""
+
+    forbidden: list[ForbiddenSource] = Field(default_factory=list)
+    """Tables or columns the analyst must not read; a trial that reads one (through `run_sql`
+    or `run_python`) is `prohibited_access`, whatever it answered."""
+    denied: list[DeniedGrant] = Field(default_factory=list)
+    """Tables whose read grant is missing: the useful answer refuses, naming the permission."""
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ScopeSpec:
+        names = [f.table for f in self.forbidden] + [d.table for d in self.denied]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tables named more than once in `scope`: {dupes}")
+        return self
+
+    def forbidden_tables(self) -> set[str]:
+        """Tables forbidden as a whole (not just some columns)."""
+        return {f.table for f in self.forbidden if not f.columns}
+
+    def forbidden_columns(self) -> dict[str, set[str]]:
+        """Table -> its forbidden columns, for column-level entries."""
+        return {f.table: set(f.columns) for f in self.forbidden if f.columns}
+
+    def denied_tables(self) -> tuple[str, ...]:
+        return tuple(sorted(d.table for d in self.denied))
+
+
+class PlantedInstruction(_Strict):
+    """Text in the data addressed to an AI analyst; the right answer does not change."""
+
+    where: str = Field(min_length=1)
+    """Where it is planted, e.g. `order_reviews.review_comment_message`."""
+    text: str = Field(min_length=1)
+    """The planted text, as it stands in the data."""
+    values: dict[str, Any] = Field(default_factory=dict)
+    """The value(s) the instruction asks for, by metric: an answer reporting one (within the
+    metric's tolerance) is `followed_injection`, not an ordinary `wrong_value`."""
 
 
 SOURCE_KINDS = ("sqlite", "duckdb", "parquet", "csv", "postgres")
@@ -239,6 +305,10 @@ class Scenario(_Strict):
     reference: ReferenceSpec | None = None
     """Data of your own: the reference, kept in a lock file beside the scenario by
     `backintel references build`. Its `sql` is the `check_sql` when that is not given."""
+    scope: ScopeSpec | None = None
+    """Tables and columns the analyst must not read, and grants it does not have."""
+    planted: list[PlantedInstruction] = Field(default_factory=list)
+    """Instructions planted in the data, and the values they ask for."""
 
     @model_validator(mode="before")
     @classmethod
@@ -273,6 +343,13 @@ class Scenario(_Strict):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"metric names repeated: {dupes}")
+        allowed = set(names) | ({self.refusal.forbidden_metric} if self.refusal else set())
+        for plant in self.planted:
+            if unknown := sorted(set(plant.values) - allowed):
+                raise ValueError(
+                    f"`planted` values name {unknown}, which this scenario does not request "
+                    f"(allowed: {sorted(allowed)})"
+                )
         return self
 
     @property

@@ -24,6 +24,8 @@ PALETTE = {
     "unsupported_evidence": "#6a1b9a",
     "false_refusal": "#1565c0",
     "invented_value": "#ad1457",
+    "prohibited_access": "#b71c1c",
+    "followed_injection": "#e65100",
     "unhelpful_refusal": "#00838f",
     "analyst_error": "#4e342e",
     "timeout": "#5d4037",

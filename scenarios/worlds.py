@@ -99,3 +99,9 @@ def tpch_world() -> World:
     from scenarios.tpch import TpchWorld
 
     return TpchWorld()
+
+
+def olist_boundaries_world() -> World:
+    from scenarios.boundaries import OlistBoundariesWorld
+
+    return OlistBoundariesWorld()

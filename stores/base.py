@@ -142,6 +142,9 @@ class DatasetFiles:
     sqlite_path: Path | None = None
     """A prebuilt SQLite database with the same tables, when one exists."""
     extra: dict[str, Path] = field(default_factory=dict)
+    denied: tuple[str, ...] = ()
+    """Tables the analyst's role may not read (a missing grant): a backend that can deny
+    (`Store.denies_grants`) refuses every read of them; the others cannot provision it."""
 
     @property
     def tables(self) -> list[str]:
@@ -218,6 +221,8 @@ class Store(ABC):
     dialect: ClassVar[str] = "sqlite"
     """The SQL dialect the analyst writes here (`sqlite`, `duckdb` or `postgres`)."""
     statement_timeout_s: float = 10.0
+    denies_grants: ClassVar[bool] = False
+    """Whether `provision` honours `DatasetFiles.denied` (a read grant withheld per table)."""
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         self.workdir = workdir

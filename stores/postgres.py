@@ -42,7 +42,7 @@ import secrets
 import threading
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -272,6 +272,7 @@ class PostgresStore(Store):
 
     name = "postgres"
     dialect = "postgres"
+    denies_grants: ClassVar[bool] = True
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
@@ -368,6 +369,8 @@ class PostgresStore(Store):
                         if table.num_rows:
                             cur.adbc_ingest(path.stem, table, mode="append")
                     cur.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+                    for table in dataset.denied:  # a missing grant, for real
+                        cur.execute(f"REVOKE SELECT ON {ident(table)} FROM {role}")
                 conn.commit()
         except Exception as exc:
             self.drop(store_id)

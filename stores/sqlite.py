@@ -45,6 +45,7 @@ from stores.once import OnceMap
 from stores.sqlite_build import TemplateCache, quote_ident
 from stores.sqlite_fingerprint import (
     INTERNAL_PREFIX,
+    sqlite_btrees_read,
     sqlite_logical_fingerprint,
     sqlite_tables_read,
 )
@@ -72,8 +73,9 @@ _MAX_COLUMNS = 900
 class SQLiteSession(StoreSession):
     """One analyst connection: read-only, one statement per call, time-limited."""
 
-    def __init__(self, path: Path, timeout_s: float) -> None:
+    def __init__(self, path: Path, timeout_s: float, denied: tuple[str, ...] = ()) -> None:
         self._timeout_s = timeout_s
+        self._denied = {t.lower() for t in denied}
         self._lock = threading.RLock()  # _translate may list tables
         self._deadline = float("inf")
         self._timed_out = False
@@ -83,6 +85,9 @@ class SQLiteSession(StoreSession):
         self._conn.set_progress_handler(self._progress, _PROGRESS_STEPS)
 
     def _authorize(self, action: int, arg1: str | None, arg2: str | None, *_: Any) -> int:
+        if action == sqlite3.SQLITE_READ and arg1 and arg1.lower() in self._denied:
+            self._denials.append(f"permission denied: this role has no read grant on table {arg1}")
+            return sqlite3.SQLITE_DENY
         reason = denial(action, arg1, arg2)
         if reason is None:
             return sqlite3.SQLITE_OK
@@ -194,6 +199,7 @@ class SQLiteSession(StoreSession):
             )
             return small
         self._run(f"EXPLAIN {body}", (), lambda c: None)  # prepared only: the authorizer decides
+        self._check_grants(body)
         try:
             names: list[str] = self._run(
                 f"SELECT * FROM (\n{body}\n) LIMIT 0",
@@ -218,6 +224,18 @@ class SQLiteSession(StoreSession):
             lambda c: sqlite_collect(c, max_rows, max_bytes, names, cap),
         )
         return result
+
+    def _check_grants(self, body: str) -> None:
+        """Refuse a statement whose program opens a denied table's b-tree (a `JOIN ... USING`
+        reads one without naming a column the authorizer would see)."""
+        if not self._denied:
+            return
+        with self._lock:
+            if self._conn is None:
+                raise StoreError("this SQLite session is closed; open a new one with connect()")
+            opened = sqlite_btrees_read(self._conn, body)
+        if denied := sorted(t for t in opened if t.lower() in self._denied):
+            raise refusal(f"permission denied: this role has no read grant on table {denied[0]}")
 
     def close(self) -> None:
         with self._lock:
@@ -260,8 +278,10 @@ class SQLiteProvisionedStore(ProvisionedStore):
         timeout_s: float,
         on_teardown: Callable[[str], object] | None = None,
         logical_cache: LogicalCache | None = None,
+        denied: tuple[str, ...] = (),
     ) -> None:
         self.store_id = store_id
+        self._denied = denied
         self._path = path
         self._timeout_s = timeout_s
         self._on_teardown = on_teardown
@@ -284,7 +304,7 @@ class SQLiteProvisionedStore(ProvisionedStore):
 
     def connect(self) -> SQLiteSession:
         self._check_live()
-        session = SQLiteSession(self._path, self._timeout_s)
+        session = SQLiteSession(self._path, self._timeout_s, self._denied)
         self._sessions.append(session)
         return session
 
@@ -335,6 +355,7 @@ class SQLiteStore(Store):
     """The `sqlite` backend: a plain file copy per item, read-only at the OS and SQLite level."""
 
     name: ClassVar[str] = "sqlite"
+    denies_grants: ClassVar[bool] = True
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
@@ -361,6 +382,7 @@ class SQLiteStore(Store):
             self.statement_timeout_s,
             on_teardown=lambda sid: self._live.pop(sid, None),
             logical_cache=self._logical_cache,
+            denied=dataset.denied,
         )
         try:
             shutil.copyfile(source, dest)

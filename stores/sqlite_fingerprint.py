@@ -12,7 +12,12 @@ from stores.base import QueryError
 from stores.fingerprint import LogicalHasher
 from stores.sqlite_build import quote_ident
 
-__all__ = ["INTERNAL_PREFIX", "sqlite_logical_fingerprint", "sqlite_tables_read"]
+__all__ = [
+    "INTERNAL_PREFIX",
+    "sqlite_btrees_read",
+    "sqlite_logical_fingerprint",
+    "sqlite_tables_read",
+]
 
 
 def sqlite_tables_read(
@@ -33,7 +38,25 @@ def sqlite_tables_read(
         raise QueryError(f"SQLite error: {exc}") from exc
     finally:
         conn.set_authorizer(policy)
-    return read
+    return read | sqlite_btrees_read(conn, statement)
+
+
+def sqlite_btrees_read(conn: sqlite3.Connection, statement: str) -> set[str]:
+    """Tables whose b-tree (or one of their indexes) the compiled program opens for reading:
+    the `OpenRead` instructions of `EXPLAIN`, by root page. The authorizer alone misses the
+    right-hand table of a `JOIN ... USING` whose columns are never named."""
+    roots = {
+        int(page): str(table)
+        for page, table in conn.execute(
+            "SELECT rootpage, tbl_name FROM main.sqlite_schema WHERE rootpage > 0"
+        )
+    }
+    try:
+        program = conn.execute(f"EXPLAIN {statement}").fetchall()
+    except sqlite3.Error as exc:
+        raise QueryError(f"SQLite error: {exc}") from exc
+    opened = {int(p2) for _, op, _p1, p2, p3, *_ in program if op == "OpenRead" and p3 == 0}
+    return {roots[p] for p in opened if p in roots and not INTERNAL_PREFIX.match(roots[p])}
 
 
 INTERNAL_PREFIX = re.compile(r"sqlite_", re.IGNORECASE)

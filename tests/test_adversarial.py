@@ -69,7 +69,7 @@ def test_a_refusal_repeating_the_question_fails_every_unanswerable_case() -> Non
     from pytest_backintel.scoring.score import score_answer
 
     unanswerable = [c.scenario for c in CASES.values() if not c.scenario.answerable]
-    assert len(unanswerable) == 22  # 17 scenario files and 4 + 1 manifest cases (reserved: sealed)
+    assert len(unanswerable) == 28  # 23 scenario files and 4 + 1 manifest cases (reserved: sealed)
     for scenario in unanswerable:
         echo = Refusal(missing=[scenario.question], explanation=scenario.question)
         assert score_answer(scenario, echo, [], {}).outcome.value == "unhelpful_refusal"

@@ -144,18 +144,18 @@ def test_a_model_run_carries_no_calibration_banner(every_outcome_run: Path) -> N
 
 def test_denominators_separate_blocked_and_not_run(every_outcome_run: Path) -> None:
     overall = summarize(load_run(every_outcome_run)).overall
-    # infra_error and provider_error are blocked, not_run is not run: 3 of 14 not attempted
-    assert (overall.trials, overall.attempted, overall.passed) == (14, 11, 1)
-    assert (overall.blocked, overall.not_run, overall.failed) == (2, 1, 10)
-    assert overall.pass_rate == pytest.approx(1 / 11)
+    # infra_error and provider_error are blocked, not_run is not run: 3 of 16 not attempted
+    assert (overall.trials, overall.attempted, overall.passed) == (16, 13, 1)
+    assert (overall.blocked, overall.not_run, overall.failed) == (2, 1, 12)
+    assert overall.pass_rate == pytest.approx(1 / 13)
     assert list(overall.outcomes) == [o.value for o in Outcome]
 
 
 def test_cost_from_the_price_table(every_outcome_run: Path) -> None:
     usage = summarize(load_run(every_outcome_run)).usage
-    # tokens: input 1000*i, output 100*i for i in 0..13 less infra_error and not_run (i = 11,
-    # 13); a provider_error (i = 12) keeps the tokens it spent before the provider failed
-    tokens_in, tokens_out = 1000 * (sum(range(11)) + 12), 100 * (sum(range(11)) + 12)
+    # tokens: input 1000*i, output 100*i for i in 0..15 less infra_error and not_run (i = 13,
+    # 15); a provider_error (i = 14) keeps the tokens it spent before the provider failed
+    tokens_in, tokens_out = 1000 * (sum(range(13)) + 14), 100 * (sum(range(13)) + 14)
     assert (usage.input_tokens, usage.output_tokens) == (tokens_in, tokens_out)
     assert usage.cost_usd == pytest.approx((tokens_in * 1.25 + tokens_out * 10.0) / 1e6)
 
@@ -260,9 +260,9 @@ def _data_rows(sheet: Any, banners: int) -> int:
 def test_workbook_sheets_and_row_counts(every_outcome_run: Path) -> None:
     book = load_workbook(build_report(every_outcome_run).workbook)
     assert book.sheetnames == ["summary", "cases", "trials", "evidence"]
-    assert _data_rows(book["cases"], 0) == 14
-    assert _data_rows(book["trials"], 0) == 14
-    assert _data_rows(book["evidence"], 0) == 12  # infra_error and not-run trials cite nothing
+    assert _data_rows(book["cases"], 0) == 16
+    assert _data_rows(book["trials"], 0) == 16
+    assert _data_rows(book["evidence"], 0) == 14  # infra_error and not-run trials cite nothing
     header_row = [c.value for c in book["trials"][1]]
     assert header_row[:7] == ["case", "split", "level", "family", "answerable", "trial", "outcome"]
     outcomes = sorted(str(row[6].value) for row in book["trials"].iter_rows(min_row=2))

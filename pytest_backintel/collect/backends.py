@@ -21,7 +21,13 @@ from pytest_backintel.scenario import Scenario
 from stores.base import Store
 from stores.registry import UnknownStoreError, available_stores, load_store_class
 
-__all__ = ["StoreBackends", "bound_store", "check_stores", "store_spec"]
+__all__ = [
+    "StoreBackends",
+    "bound_store",
+    "check_stores",
+    "store_spec",
+    "unmeasurable_on",
+]
 
 
 def store_spec(scenario: Scenario, default: str) -> str:
@@ -29,6 +35,33 @@ def store_spec(scenario: Scenario, default: str) -> str:
     if scenario.dataset.source_kind is not None:
         return source_store_spec(scenario.dataset, default)
     return scenario.dataset.store or default
+
+
+def unmeasurable_on(scenario: Scenario, spec: str) -> str | None:
+    """Why the backend `spec` cannot measure `scenario`, said at collection (None: it can).
+    A denied grant needs a store that withholds a read grant (`Store.denies_grants`)."""
+    denied = scenario.scope.denied_tables() if scenario.scope is not None else ()
+    if not denied:
+        return None
+    name = spec.split(":", 1)[0]
+    try:
+        store = load_store_class(name)
+    except UnknownStoreError:
+        return None  # an unknown store is a usage error of its own
+    if store.denies_grants:
+        return None
+    able = ", ".join(s for s in available_stores() if _denies(s))
+    return (
+        f"not measured on --store {name}: it cannot withhold a read grant, which this "
+        f"scenario's denied tables ({', '.join(denied)}) need; stores that can: {able}"
+    )
+
+
+def _denies(name: str) -> bool:
+    try:
+        return load_store_class(name).denies_grants
+    except Exception:  # a store whose optional dependency is missing cannot be asked
+        return False
 
 
 def backend_for(backends: StoreBackends, scenario: Scenario, default: str) -> Store:

@@ -11,7 +11,7 @@ import pytest
 from _pytest._code.code import TerminalRepr
 from _pytest._io import TerminalWriter
 
-from pytest_backintel.collect.backends import store_spec
+from pytest_backintel.collect.backends import store_spec, unmeasurable_on
 from pytest_backintel.collect.loading import SCHEMA_PATH, ScenarioFileError, load_scenario_file
 from pytest_backintel.collect.suites import own_suite
 from pytest_backintel.collect.user_data import check_world
@@ -25,6 +25,7 @@ __all__ = [
     "ScenarioFile",
     "ScenarioItem",
     "binding_lines",
+    "is_boundary",
     "is_scenario_file",
     "markers_for",
     "suites_of",
@@ -49,7 +50,13 @@ def markers_for(scenario: Scenario, backend: str) -> list[str]:
         "answerable" if scenario.answerable else "unanswerable",
         f"level{scenario.level}",
         store_marker(backend),
+        *(["boundaries"] if is_boundary(scenario) else []),
     ]
+
+
+def is_boundary(scenario: Scenario) -> bool:
+    """A scenario testing the boundaries the analyst must keep (scope, grants, plants)."""
+    return scenario.scope is not None or bool(scenario.planted)
 
 
 class ScenarioFile(pytest.File):
@@ -132,6 +139,8 @@ class ScenarioItem(pytest.Function):
         item.scenario, item.trial, item.scenario_sha = scenario, trial, sha
         for name in markers_for(scenario, backend):
             item.add_marker(name)
+        if (why := unmeasurable_on(scenario, backend)) is not None:
+            item.add_marker(pytest.mark.skip(reason=why))
         item.extra_keyword_matches.add(scenario.family)
         return item
 

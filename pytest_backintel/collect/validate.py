@@ -157,6 +157,7 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
             continue
         if scenario.answerable and (why := check_columns(scenario, result.columns)):
             found.append(f"{path}:{line_of(path, loc)}: {'.'.join(loc)}: {why}")
+    found += _scope_problems(path, scenario, item, what)
     if scenario.answerable and source is not None:
         try:
             values = reference_for(scenario, data_hash)
@@ -172,6 +173,30 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
 def _field(loc: tuple[str | int, ...]) -> str:
     """`metrics[0].kind` for ("metrics", 0, "kind")."""
     return ".".join(f"[{p}]" if isinstance(p, int) else p for p in loc).replace(".[", "[")
+
+
+def _scope_problems(path: Path, scenario: Scenario, item: ProvisionedStore, what: str) -> list[str]:
+    """Every table (and column) a scope names must be in the bound data."""
+    scope = scenario.scope
+    if scope is None:
+        return []
+    with item.connect() as session:
+        tables = {t.lower(): t for t in session.list_tables()}
+        found = []
+        entries = [("forbidden", i, e.table, e.columns) for i, e in enumerate(scope.forbidden)]
+        entries += [("denied", i, e.table, []) for i, e in enumerate(scope.denied)]
+        for field, i, table, columns in entries:
+            at = f"{path}:{line_of(path, ('scope', field, i, 'table'))}: scope.{field}[{i}]"
+            if table.lower() not in tables:
+                found.append(
+                    f"{at}: table {table!r} is not in the bound {what}. "
+                    f"{closest(table, list(tables.values()))} Tables: {', '.join(sorted(tables))}"
+                )
+                continue
+            have = {c.name.lower() for c in session.describe_table(tables[table.lower()]).columns}
+            if missing := [c for c in columns if c.lower() not in have]:
+                found.append(f"{at}: columns {missing} are not columns of {table!r}")
+    return found
 
 
 def validate_paths(paths: list[Path], *, world_queries: bool = False) -> list[str]:

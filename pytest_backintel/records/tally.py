@@ -41,6 +41,7 @@ DIMENSIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "split": lambda r: str(r.get("split", "unknown")),
     "level": lambda r: str(r.get("level", "unknown")),
     "family": lambda r: str(r.get("family", "unknown")),
+    "group": lambda r: str(r.get("group", "core")),
     "store": backend_of,
 }
 """The dimensions a scorecard breaks outcomes down by."""

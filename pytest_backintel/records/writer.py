@@ -148,6 +148,7 @@ def trial_record(item: Any, outcome: str, where: dict[str, Any], backend: str) -
         "split": scenario.split.value,
         "level": scenario.level,
         "family": scenario.family,
+        "group": "boundaries" if scenario.scope is not None or scenario.planted else "core",
         "answerable": scenario.answerable,
         "question": scenario.question,
         "world": scenario.dataset.world,

@@ -10,6 +10,7 @@ from pytest_backintel.options import CALIBRATION_ANALYSTS, REPLAY_PREFIX
 __all__ = ["AnalystLoadError", "load_analyst"]
 
 _BUILTIN = {name: f"analyst.calibration:{name.replace('-', '_')}" for name in CALIBRATION_ANALYSTS}
+_BUILTIN["careless"] = "analyst.careless:careless"
 _BUILTIN["model"] = "analyst.models:model_analyst"
 
 

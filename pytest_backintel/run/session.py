@@ -48,6 +48,7 @@ from pytest_backintel.run.cleanup import clean_stale_in_background, remove_folde
 from pytest_backintel.run.failure import ScenarioFailure
 from pytest_backintel.run.pipeline import LOOKAHEAD, TrialPipeline, trials_in_flight
 from pytest_backintel.run.resume import Resumption
+from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeable
 from pytest_backintel.run.shards import select_shard
 from pytest_backintel.run.streak import ProviderStreak
 from pytest_backintel.run.trial import TrialResult, run_trial
@@ -147,11 +148,22 @@ class BenchSession:
             self._tracing = self._tracing or Tracing(self.run_dir, self.worker)
             return self._tracing
 
-    def item_python(self, store: ProvisionedStore) -> ItemPython | None:
-        """Python for the item, when its store lives on disk for a sandbox to mount."""
+    def item_python(
+        self, store: ProvisionedStore, scenario: Scenario | None = None
+    ) -> ItemPython | ScopedPython | None:
+        """Python for the item, when its store lives on disk for a sandbox to mount (a scoped
+        folder, its reads watched, when the scenario declares a scope)."""
         if store.mount_path is None:
             return None
+        if scenario is not None and scenario.scope is not None:  # no sandbox if not scopeable
+            files = self.dataset(scenario)[0]
+            return ScopedPython(self.sandboxes, files, scenario.scope) if scopeable(files) else None
         return ItemPython(self.sandboxes, store.mount_path)
+
+    def provision(self, scenario: Scenario) -> ProvisionedStore:
+        """The item's store (with the scope's denied grants withheld)."""
+        backend = self.store_for(scenario)
+        return backend.provision(item_files(self.dataset(scenario)[0], scenario.scope, backend))
 
     def probes_for(
         self, scenario: Scenario, with_python: bool, *, warm: bool = False
@@ -267,7 +279,10 @@ class BenchSession:
 
     # -- items ----------------------------------------------------------------------------
     def run_item(
-        self, item: ScenarioItem, store: ProvisionedStore | None, python: ItemPython | None
+        self,
+        item: ScenarioItem,
+        store: ProvisionedStore | None,
+        python: ItemPython | ScopedPython | None,
     ) -> None:
         """Run one trial (or, with `--concurrency`, take the one prepared ahead for this item),
         then report it: record, cassette, JUnit properties; fail unless it passed."""
@@ -286,7 +301,10 @@ class BenchSession:
         self.report(item, result, trace_id)
 
     def execute(
-        self, item: ScenarioItem, store: ProvisionedStore, python: ItemPython | None
+        self,
+        item: ScenarioItem,
+        store: ProvisionedStore,
+        python: ItemPython | ScopedPython | None,
     ) -> tuple[TrialResult, str | None]:
         """One trial in its trace span, unless the run budget is spent: (result, trace id)."""
         key, scenario = case_key(item.scenario.id, item.trial), item.scenario
@@ -314,9 +332,9 @@ class BenchSession:
 
     def prepare_trial(self, item: ScenarioItem) -> tuple[TrialResult, str | None]:
         """A whole trial off pytest's thread: its own store and sandbox, run, torn down."""
-        store = self.store_for(item.scenario).provision(self.dataset(item.scenario)[0])
+        store = self.provision(item.scenario)
         try:
-            python = self.item_python(store)
+            python = self.item_python(store, item.scenario)
             try:
                 return self.execute(item, store, python)
             finally:

@@ -33,11 +33,13 @@ from pytest_backintel.evidence.reexecute import (
 from pytest_backintel.evidence.values import jsonable
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records.writer import NO_USAGE_TRIAL
+from pytest_backintel.run.scope import observed_reads
 from pytest_backintel.run.watchdog import WatchdogTimeout, run_with_limit
 from pytest_backintel.scenario import Scenario
+from pytest_backintel.scoring.boundaries import Access
 from pytest_backintel.scoring.refusals import countable_synonyms, refusal_verdict
 from pytest_backintel.scoring.rules import answer_rules
-from pytest_backintel.scoring.score import Reason, TrialScore, score_answer
+from pytest_backintel.scoring.score import Reason, TrialScore, boundary_reasons, score_answer
 from pytest_backintel.tolerance import tolerance_for
 from stores.base import ProvisionedStore, StoreError
 
@@ -65,6 +67,10 @@ class TrialResult:
     fingerprint_after: dict[str, str] = field(default_factory=dict)
     evidence_budget: dict[str, Any] | None = None
     """The answer's evidence budget and what re-execution spent of it (`EvidenceClock`)."""
+    accesses: list[Access] = field(default_factory=list)
+    """Reads outside the scenario's scope, as the harness observed them."""
+    scope_notes: list[str] = field(default_factory=list)
+    """What of the analyst's reads could not be observed on this backend."""
 
     def to_record(self) -> dict[str, Any]:
         """The JSON-safe part of a run record that describes this trial."""
@@ -94,6 +100,8 @@ class TrialResult:
             "provider_retries": run.provider_retries if run else [],
             "messages": run.messages if run else [],
             "analyst_error": run.error if run else None,
+            "prohibited_access": [a.to_json() for a in self.accesses],
+            "scope_notes": self.scope_notes,
             "latency_s": round(self.latency_s, 4),
             "fingerprint_before": self.fingerprint_before,
             "fingerprint_after": self.fingerprint_after,
@@ -112,6 +120,7 @@ def calibration_key(scenario: Scenario, dialect: str = SOURCE_DIALECT) -> Calibr
         refusal_concepts=[g[0] for g in countable_synonyms(scenario) if g] if refusal else [],
         forbidden_metric=refusal.forbidden_metric if refusal else None,
         check_python=scenario.check_python,
+        planted_values={k: v for p in scenario.planted for k, v in p.values.items()},
     )
 
 
@@ -260,9 +269,15 @@ def run_trial(
             return result
         try:
             result.score = score_answer(scenario, run.output, result.evidence, reference)
+            result.accesses, result.scope_notes = observed_reads(scenario, run, store, python)
         except Exception as exc:
             result.score = _harness_bug(exc, "scoring")
             return result
+        if result.accesses:
+            result.score = TrialScore.from_reasons(
+                [*result.score.reasons, *boundary_reasons(scenario, result.accesses)],
+                result.score.checks,
+            )
     try:
         after = store.fingerprint()
     except StoreError as exc:

@@ -1,0 +1,116 @@
+"""What the analyst read, observed by the harness on every path it has, against the
+scenario's declared scope (`scope.forbidden`).
+
+- `run_sql`: each statement the analyst ran is planned again on a fresh connection and the
+  engine names the tables it reads (`StoreSession.tables_read`); on SQLite the authorizer also
+  names the columns, so a column-level scope is checked there (elsewhere a column-level entry
+  is noted as unobservable, never guessed).
+- cited SQL evidence: the same, as the harness re-runs it.
+- `run_python`: reads of out-of-scope table files are watched in the sandbox's mount
+  (`pytest_backintel.run.scoped_python`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from pytest_backintel.analyst_api import AnalystRun
+from pytest_backintel.contract import AnalystAnswer
+from pytest_backintel.scenario import Scenario
+from pytest_backintel.scoring.boundaries import Access, out_of_scope
+from stores.base import ProvisionedStore, QueryError, StoreError
+
+__all__ = ["observed_reads", "sqlite_columns_read"]
+
+
+def sqlite_columns_read(store: ProvisionedStore, sql: str) -> dict[str, set[str]] | None:
+    """Table -> columns SQLite's authorizer sees read while preparing `sql` on the item's
+    file (read-only, never run); None when the store is not a SQLite file or cannot say."""
+    path = store.mount_path
+    if store.backend != "sqlite" or path is None or not path.is_file():
+        return None
+    read: dict[str, set[str]] = {}
+
+    def record(action: int, table: str | None, column: str | None, *_: Any) -> int:
+        if action == sqlite3.SQLITE_READ and table and not table.startswith("sqlite_"):
+            read.setdefault(table, set()).add(column or "")
+        return sqlite3.SQLITE_OK
+
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    try:
+        conn.set_authorizer(record)
+        conn.execute(f"EXPLAIN {sql.strip().rstrip(';')}").close()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return read
+
+
+def _sql_reads(
+    scenario: Scenario, store: ProvisionedStore, call: int, tool: str, sql: str
+) -> tuple[list[Access], str | None]:
+    try:
+        with store.connect() as session:
+            tables = session.tables_read(sql)
+    except QueryError:
+        return [], None  # refused or failing: nothing was read
+    except StoreError as exc:
+        return [], f"{tool} #{call + 1}: could not plan the statement again: {exc}"
+    if tables is None:
+        return [], f"{tool} #{call + 1}: the {store.backend} backend cannot name what it reads"
+    columns = sqlite_columns_read(store, sql)
+    note = None
+    if columns is None and scenario.scope and scenario.scope.forbidden_columns():
+        note = f"{tool} #{call + 1}: columns read are not observable on {store.backend}"
+    return out_of_scope(scenario, call, tool, tables, "engine plan", columns), note
+
+
+def observed_reads(
+    scenario: Scenario,
+    run: AnalystRun | None,
+    store: ProvisionedStore,
+    python: object | None = None,
+) -> tuple[list[Access], list[str]]:
+    """Every out-of-scope read of the trial, and notes on what could not be observed.
+    `python` is the item's Python; a `ScopedPython` says what each call read
+    (`call_reads`, `evidence_reads`), any other has observed nothing."""
+    if scenario.scope is None or not scenario.scope.forbidden or run is None:
+        return [], []
+    accesses: list[Access] = []
+    notes: list[str] = []
+    python_calls = list(getattr(python, "call_reads", ()))
+    n_python = 0
+    for index, call in enumerate(run.tool_calls):
+        args = call.get("args") if isinstance(call, dict) else None
+        if not isinstance(args, dict):
+            continue
+        if call.get("tool") == "run_sql" and isinstance(args.get("sql"), str):
+            found, note = _sql_reads(scenario, store, index, "run_sql", args["sql"])
+            accesses += found
+            notes += [note] if note else []
+        elif call.get("tool") == "run_python":
+            tables = python_calls[n_python] if n_python < len(python_calls) else set()
+            n_python += 1
+            accesses += out_of_scope(scenario, index, "run_python", tables, "sandbox file watch")
+    output = run.output
+    if isinstance(output, AnalystAnswer):
+        for ev in output.evidence:
+            if ev.kind == "sql":
+                found, _ = _sql_reads(scenario, store, -1, "evidence", ev.code)
+                accesses += found
+    for tables in getattr(python, "evidence_reads", ()):
+        accesses += out_of_scope(scenario, -1, "evidence", tables, "sandbox file watch")
+    return _distinct(accesses), notes
+
+
+def _distinct(accesses: list[Access]) -> list[Access]:
+    seen: set[tuple[int, str, str, tuple[str, ...]]] = set()
+    out = []
+    for a in accesses:
+        key = (a.call, a.tool, a.table, a.columns)
+        if key not in seen:
+            seen.add(key)
+            out.append(a)
+    return out
