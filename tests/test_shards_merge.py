@@ -24,7 +24,7 @@ from reports.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 SELECT = ["-m", "development and level1"]
-"""13 trials with the reference analyst: every shard gets four or five."""
+"""Every level-1 development case (18 today) with the reference analyst."""
 
 
 def bench(results: Path, *args: str) -> subprocess.Popen[str]:
@@ -83,17 +83,20 @@ def test_three_shards_merged_equal_one_process(tmp_path: Path) -> None:
     shards = [
         json.loads((results / f"part-{i}" / "run.json").read_text())["shard"] for i in (1, 2, 3)
     ]
-    assert sorted(s["trials"] for s in shards) == [4, 4, 5], "balanced: sizes differ by one"
+    n = len(whole)
+    sizes = [s["trials"] for s in shards]
+    assert sum(sizes) == n
+    assert max(sizes) - min(sizes) <= 1, "balanced: sizes differ by one at most"
     assert {s["plan_hash"] for s in shards} == {shards[0]["plan_hash"]}
     assert sorted(shards[0]["plan"]) == sorted(whole), "each shard records the whole plan"
     seen = [set(outcomes(results / f"part-{i}")) for i in (1, 2, 3)]
-    assert sum(len(s) for s in seen) == len(set().union(*seen)) == 13, "disjoint, complete"
+    assert sum(len(s) for s in seen) == len(set().union(*seen)) == n, "disjoint, complete"
 
     done = backintel(
         "merge", str(results / "merged"), *(str(results / f"part-{i}") for i in (1, 2, 3))
     )
     assert done.returncode == 0, done.stderr
-    assert "13 trial record(s)" in done.stdout
+    assert f"{n} trial record(s)" in done.stdout
     merged_run, single_run = load_run(results / "merged"), load_run(results / "single")
     assert outcomes(results / "merged") == whole
     assert merged_run.planned_nodeids == single_run.planned_nodeids
@@ -121,10 +124,10 @@ def test_three_shards_merged_equal_one_process(tmp_path: Path) -> None:
     )
     rescored = backintel("score", "--run", str(results / "merged"))
     assert rescored.returncode == 0, rescored.stderr[-2000:]
-    assert "13 recorded answers scored again: 13 agree" in rescored.stdout
+    assert f"{n} recorded answers scored again: {n} agree" in rescored.stdout
     report = backintel("report", str(results / "merged"), "--out", str(tmp_path / "report"))
     assert report.returncode == 0
-    assert "13/13 attempted trials passed" in report.stdout
+    assert f"{n}/{n} attempted trials passed" in report.stdout
 
     # a fourth part from another plan (one case fewer) is refused, naming it
     finish(bench(results, "-k", "not l1-delivered-orders", "--run-id", "other", "--shard", "1/3"))
