@@ -100,6 +100,14 @@ class BenchOptions:
     remaining items end as `not_run`."""
     append_run: bool = False
     """`--append-run`: add to an existing `--run-id` folder that already holds records."""
+    resume: str | None = None
+    """`--resume RUN_ID` or `--retry-blocked RUN_ID`: the run this session finishes."""
+    retry_blocked: bool = False
+    """`--retry-blocked`: also run again the trials whose final outcome was blocked."""
+    shard: tuple[int, int] | None = None
+    """`--shard I/N`: this process runs part I (1-based) of N of the planned trials."""
+    shard_durations: Path | None = None
+    """`--shard-durations RUN_DIR`: balance the shards by that run's recorded latencies."""
 
 
 def _number(value: str, parse: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
@@ -129,6 +137,17 @@ def concurrency(value: str) -> int | None:
     if value == "auto":
         return None
     return _number(value, int, lambda n: 1 <= n <= 256, "'auto' or a whole number from 1 to 256")
+
+
+def shard_spec(value: str) -> tuple[int, int]:
+    """`I/N` with 1 <= I <= N, e.g. `2/8` (a CI matrix index, a Kubernetes completion index
+    plus one)."""
+    index, _, total = value.partition("/")
+    if not (index.isdigit() and total.isdigit() and 1 <= int(index) <= int(total)):
+        raise pytest.UsageError(
+            f"--shard {value!r}: expected I/N with whole numbers 1 <= I <= N, as in 2/8"
+        )
+    return int(index), int(total)
 
 
 def analyst_spec(value: str) -> str:
@@ -237,6 +256,34 @@ def add_options(parser: pytest.Parser) -> None:
         help="add this run's trials to the existing --run-id folder (recorded in run.json)",
     )
     group.addoption(
+        "--resume",
+        default=None,
+        metavar="RUN_ID",
+        help="finish the interrupted run RUN_ID: run its planned trials that have no record, "
+        "with the same plan, analyst, model settings, scenarios and data (refused otherwise)",
+    )
+    group.addoption(
+        "--retry-blocked",
+        default=None,
+        metavar="RUN_ID",
+        help="as --resume, and also run again the trials of RUN_ID that ended provider_error, "
+        "infra_error or not_run (the earlier attempt stays in the record)",
+    )
+    group.addoption(
+        "--shard",
+        type=shard_spec,
+        default=None,
+        metavar="I/N",
+        help="run part I of N of the planned trials (deterministic and balanced; merge the "
+        "parts with `backintel merge`)",
+    )
+    group.addoption(
+        "--shard-durations",
+        default=None,
+        metavar="RUN_DIR",
+        help="balance --shard parts by the trial latencies recorded in this earlier run",
+    )
+    group.addoption(
         "--max-provider-failures",
         type=positive_int,
         default=3,
@@ -303,10 +350,26 @@ def add_options(parser: pytest.Parser) -> None:
     )
 
 
+def _resumed(config: pytest.Config) -> tuple[str | None, bool]:
+    """The run `--resume` or `--retry-blocked` names, and whether blocked trials run again."""
+    resume, retry = config.getoption("--resume"), config.getoption("--retry-blocked")
+    if resume and retry:
+        raise pytest.UsageError("give --resume or --retry-blocked, not both")
+    run = resume or retry
+    run_id, append = config.getoption("--run-id"), config.getoption("--append-run")
+    if run and ((run_id and run_id != run) or append):
+        which = "--resume" if resume else "--retry-blocked"
+        raise pytest.UsageError(
+            f"{which} {run} appends to that run's own folder: leave out --run-id and --append-run"
+        )
+    return run, bool(retry)
+
+
 def read_options(config: pytest.Config) -> BenchOptions:
     model = config.getoption("--model") or os.environ.get("BACKINTEL_MODEL") or None
     base_url = config.getoption("--model-base-url") or os.environ.get("BACKINTEL_MODEL_BASE_URL")
     analyst = config.getoption("--analyst") or ("model" if model else "reference")
+    resumed = _resumed(config)
     if analyst == "model" and not model:
         raise pytest.UsageError("--analyst model needs --model or BACKINTEL_MODEL")
     return BenchOptions(
@@ -318,7 +381,7 @@ def read_options(config: pytest.Config) -> BenchOptions:
         concurrency=config.getoption("--concurrency"),
         max_connections=config.getoption("--max-connections"),
         results_dir=Path(config.getoption("--results-dir")),
-        run_id=config.getoption("--run-id"),
+        run_id=resumed[0] or config.getoption("--run-id"),
         limits=AnalystLimits(
             max_requests=config.getoption("--max-requests"),
             max_tool_calls=config.getoption("--max-tool-calls"),
@@ -341,4 +404,8 @@ def read_options(config: pytest.Config) -> BenchOptions:
         freeze_baseline=config.getoption("--freeze-baseline"),
         max_provider_failures=config.getoption("--max-provider-failures"),
         append_run=config.getoption("--append-run"),
+        resume=resumed[0],
+        retry_blocked=resumed[1],
+        shard=config.getoption("--shard"),
+        shard_durations=Path(d) if (d := config.getoption("--shard-durations")) else None,
     )

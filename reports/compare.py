@@ -320,7 +320,8 @@ def _fmt_k(values: dict[int, float | None]) -> str:
 def _run_line(role: str, run: Run) -> str:
     who = run.analyst_name + (f" / {run.model}" if run.model else "")
     labels = "".join(f" [{b}]" for b in run.banners)
-    return f"{role}: {run.run_id} ({who}, {len(run.records)} trials){labels}"
+    again = f", {run.retried} retried after a blocked attempt" if run.retried else ""
+    return f"{role}: {run.run_id} ({who}, {len(run.records)} trials{again}){labels}"
 
 
 def render_comparison(result: Comparison) -> str:

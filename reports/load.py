@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from pytest_backintel.records.attempts import final_rows, retried
 from pytest_backintel.records.writer import no_usage_warning
 
 __all__ = [
@@ -114,6 +115,11 @@ class Run:
         return out
 
     @property
+    def retried(self) -> int:
+        """Trials whose outcome comes from `--retry-blocked` (the earlier attempt kept)."""
+        return retried(self.records)
+
+    @property
     def analyst_name(self) -> str:
         names = sorted({str((r.get("analyst") or {}).get("name")) for r in self.records})
         if names:
@@ -209,6 +215,7 @@ def load_run(path: Path | str) -> Run:
             found, warned = read_jsonl(part, f"parts/{part.name}")
             records += found
             warnings += warned
+        records = [r for r, _ in final_rows([(r, None) for r in records])]  # retries supersede
         warnings.append(f"no records.jsonl; merged {len(parts)} part file(s) from parts/")
     elif not header:
         raise RunFolderError(

@@ -109,6 +109,11 @@ def scorecard_context(summary: RunSummary, charts: list[ChartFile]) -> dict[str,
         f"{t.blocked} blocked (infra_error, provider_error), {t.not_run} not run; "
         f"pass rate {pct(t.pass_rate)} of attempted."
     )
+    if n := summary.run.retried:
+        overall_line += (
+            f" {n} trial(s) retried after a blocked attempt (--retry-blocked; the earlier "
+            "attempts are kept in their records)."
+        )
     columns = sorted({k for values in summary.pass_k.values() for k in values})
     return {
         "run_id": summary.run.run_id,

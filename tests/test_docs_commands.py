@@ -39,6 +39,12 @@ NOT_COLLECTED: dict[str, str] = {
         "replays the run the command before it recorded; tests/test_replay_analyst.py records "
         "and replays"
     ),
+    "uv run pytest -m development --resume <run-id>": (
+        "finishes a run interrupted before; tests/test_resume_retry.py kills one and resumes it"
+    ),
+    "uv run pytest -m development --retry-blocked <run-id>": (
+        "runs again what an earlier run's outage blocked; tests/test_resume_retry.py does"
+    ),
 }
 """Command (as written) -> why it is not collected here and which test runs it instead."""
 

@@ -216,3 +216,39 @@ def test_a_run_refused_before_locking_its_plan_does_not_count_as_a_frozen_run(
     assert last_frozen_sha(tmp_path) == "a" * 40
     with pytest.raises(FreezeError, match="already has frozen run"):
         register_run(tmp_path, "again", candidate, None)
+
+
+def test_frozen_shards_are_parts_of_one_run_merged_and_resumed_only_under_their_lock(
+    pytester: pytest.Pytester, candidate: Path
+) -> None:
+    from pytest_backintel.run.merge import merge_runs
+
+    results = candidate / "results"
+    for index, passed in ((1, 9), (2, 8)):
+        shard = run(pytester, "-m", "reserved", "--freeze", "--shard", f"{index}/2")
+        shard.assert_outcomes(passed=passed)
+    registry = [json.loads(line) for line in (results / "frozen-runs.jsonl").open()]
+    assert [(e["shard"], e["repeat_of"]) for e in registry] == [("1/2", []), ("2/2", [])]
+    first, second = (results / e["run_id"] for e in registry)
+    for part in (first, second):  # each lock holds the whole reserved plan
+        assert len(json.loads((part / "freeze.lock.json").read_text())["plan_items"]) == 17
+    again = run(pytester, "-m", "reserved", "--freeze", "--shard", "1/2")
+    assert again.ret == pytest.ExitCode.USAGE_ERROR, "the same shard again is a repeat"
+    again.stderr.fnmatch_lines([f"*already has frozen run(s) {first.name}*--freeze-plan*"])
+
+    merged = merge_runs(results / "merged", [first, second])
+    assert (merged.records, merged.missing) == (17, [])
+    assert (results / "merged" / "freeze.lock.json").is_file()
+
+    plain = run(pytester, "-m", "reserved", "--resume", first.name)
+    assert plain.ret == pytest.ExitCode.USAGE_ERROR
+    plain.stderr.fnmatch_lines(["*the run is frozen (freeze.lock.json): resume it with --freeze*"])
+    same = run(pytester, "-m", "reserved", "--freeze", "--resume", first.name)
+    assert same.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    same.stdout.fnmatch_lines(["*nothing to run, every planned trial has a final record*"])
+    (candidate / "NOTES.md").write_text("another candidate\n")
+    _git(candidate, "add", "NOTES.md")
+    _git(candidate, "commit", "-qm", "another candidate")
+    moved = run(pytester, "-m", "reserved", "--freeze", "--resume", first.name)
+    assert moved.ret == pytest.ExitCode.USAGE_ERROR
+    moved.stderr.fnmatch_lines(["*the freeze lock is for candidate *, this session is candidate*"])

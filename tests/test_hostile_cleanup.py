@@ -231,6 +231,20 @@ def test_backintel_clean_removes_only_gone_owners(
     assert clean_stale(data, postgres=False).folders == []
 
 
+def test_a_stale_folder_another_session_removed_first_is_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sessions starting side by side (shards on one machine) sweep the same stale folder:
+    the one that lists it after the other removed it goes on (this crashed a shard at start)."""
+    from pytest_backintel.run import cleanup
+
+    gone = tmp_path / "stores" / "sqlite" / "999999"
+    monkeypatch.setattr(cleanup, "stale_folders", lambda data_dir: [gone])
+    report = clean_stale(tmp_path, postgres=False)
+    assert report.folders == [gone]
+    assert not gone.exists()
+
+
 KILLED_AFTER_CREATE = """
 import sys
 from pathlib import Path

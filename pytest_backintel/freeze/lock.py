@@ -74,8 +74,11 @@ def register_run(
     candidate: dict[str, Any],
     plan_reason: str | None,
     worker_diff: dict[str, Any] | None = None,
+    shard: str | None = None,
 ) -> dict[str, Any]:
-    """Append this frozen run to the registry; a repeat of a candidate needs a declared plan."""
+    """Append this frozen run to the registry; a repeat of a candidate needs a declared plan.
+    Another shard (`I/N`, same N, another I) of the candidate is a part of its run, not a
+    repeat; the same shard again is."""
     cid = candidate_id(candidate)
     path = registry_path(results_dir)
     earlier = []
@@ -84,7 +87,9 @@ def register_run(
     previous = [  # a run refused before its plan was locked never ran: it does not count
         e["run_id"]
         for e in earlier
-        if e.get("candidate_id") == cid and (results_dir / e["run_id"] / LOCK).exists()
+        if e.get("candidate_id") == cid
+        and (results_dir / e["run_id"] / LOCK).exists()
+        and not _sibling_shards(e.get("shard"), shard)
     ]
     if previous and not plan_reason:
         raise FreezeError(
@@ -100,11 +105,20 @@ def register_run(
         "plan": plan_reason,
         "repeat_of": previous,
         "worker_diff": worker_diff,
+        "shard": shard,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, sort_keys=True) + "\n")
     return entry
+
+
+def _sibling_shards(earlier: object, shard: str | None) -> bool:
+    """Whether two `I/N` shard specs are different parts of the same N."""
+    if not (isinstance(earlier, str) and shard):
+        return False
+    (i, n), (j, m) = earlier.split("/"), shard.split("/")
+    return n == m and i != j
 
 
 def plan_items(

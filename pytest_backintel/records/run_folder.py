@@ -22,7 +22,9 @@ import pytest
 from pytest_backintel import __version__
 from pytest_backintel.analyst_api import AnalystLimits
 from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, analyst_label, spec_kind
+from pytest_backintel.records.attempts import retried
 from pytest_backintel.records.method_hash import analyst_method_hash, model_api_of
+from pytest_backintel.records.parts import read_shard, record_resumption
 from pytest_backintel.records.writer import (
     git_state,
     no_usage_warning,
@@ -223,6 +225,9 @@ def final_header(
             "planned_items": read_plan(run_dir),
             "spans": merge_traces(run_dir),
             "budget_spent": budget_spent,
+            "shard": read_shard(run_dir),
+            "retried": retried(records),
         }
     )
+    record_resumption(header, started, records)
     return header

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import Span, Status, StatusCode
 
 from pytest_backintel.records.live import LIVE
-from pytest_backintel.records.writer import read_json_lines, write_json_lines
+from pytest_backintel.records.writer import open_append, read_json_lines, write_json_lines
 
 if TYPE_CHECKING:
     from pydantic_ai.models.instrumented import InstrumentationSettings
@@ -117,8 +117,7 @@ class JsonlSpanExporter(SpanExporter):
             if self._closed:
                 return SpanExportResult.FAILURE
             if self._file is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = self.path.open("a", encoding="utf-8")
+                self._file = open_append(self.path)
             self._file.write(lines)
             self._file.flush()
         return SpanExportResult.SUCCESS

@@ -21,12 +21,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
+from pytest_backintel.records.attempts import final_rows
+
 __all__ = [
     "RecordWriter",
     "git_state",
     "hash_files",
     "merge_parts",
     "new_run_id",
+    "open_append",
     "package_versions",
     "read_json",
     "read_json_lines",
@@ -158,6 +161,19 @@ def trial_record(item: Any, outcome: str, where: dict[str, Any], backend: str) -
     }
 
 
+def open_append(path: Path) -> TextIO:
+    """`path` opened for appending lines; a torn last line (a writer killed mid-line, the run
+    now resumed) is cut off first, so the next line starts on a line of its own."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file() and (size := path.stat().st_size):
+        with path.open("rb+") as raw:
+            raw.seek(size - 1)
+            if raw.read(1) != b"\n":
+                raw.seek(0)
+                raw.truncate(raw.read().rfind(b"\n") + 1)
+    return path.open("a", encoding="utf-8")
+
+
 class RecordWriter:
     """Appends one JSON line per finished trial to this process's part file.
 
@@ -172,8 +188,7 @@ class RecordWriter:
 
     def write(self, record: dict[str, Any]) -> None:
         if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
+            self._file = open_append(self.path)
         self._file.write(json.dumps(record, sort_keys=True, default=str) + "\n")
         self._file.flush()
         if time.monotonic() - self._synced_at >= SYNC_INTERVAL_S:
@@ -213,12 +228,15 @@ def write_json_lines(path: Path, lines: Iterable[str]) -> None:
 
 def merge_parts(run_dir: Path) -> list[dict[str, Any]]:
     """Merge every part file into `records.jsonl`, sorted by item id; return the records.
-    Each line is copied as its writer wrote it (sorted keys), not serialised again."""
-    rows = [
-        row
-        for part in sorted((run_dir / "parts").glob("records-*.jsonl"))
-        for row in read_json_lines(part)
-    ]
+    Each line is copied as its writer wrote it (sorted keys), not serialised again; a record
+    superseded by a retry of its trial is left out (the retry carries it in `attempts`)."""
+    rows = final_rows(
+        [
+            row
+            for part in sorted((run_dir / "parts").glob("records-*.jsonl"))
+            for row in read_json_lines(part)
+        ]
+    )
     rows.sort(key=lambda row: (row[0].get("nodeid", ""), row[0].get("trial", 0)))
     write_json_lines(run_dir / "records.jsonl", (line for _, line in rows))
     return [record for record, _ in rows]

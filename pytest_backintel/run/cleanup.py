@@ -58,15 +58,19 @@ def _gone(folder: Path) -> bool:
 def remove_folder(folder: Path) -> None:
     """Delete `folder` without ever following a symlink: a sandbox workspace may hold links
     the payload planted (to the interpreter, to /etc), and only real directories under
-    `folder` get write permission back so their entries can be unlinked."""
+    `folder` get write permission back so their entries can be unlinked. A folder another
+    process removes first (two sessions starting side by side, e.g. shards) is simply gone."""
     if folder.is_symlink() or not folder.is_dir():
         return
-    folder.chmod(0o700)
-    for dirpath, dirnames, _ in os.walk(folder, followlinks=False):
-        for name in dirnames:
-            path = os.path.join(dirpath, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o700)
+    try:
+        folder.chmod(0o700)
+        for dirpath, dirnames, _ in os.walk(folder, followlinks=False):
+            for name in dirnames:
+                path = os.path.join(dirpath, name)
+                if not os.path.islink(path):
+                    os.chmod(path, 0o700)
+    except FileNotFoundError:
+        return
     shutil.rmtree(folder, ignore_errors=True)
 
 

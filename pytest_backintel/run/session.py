@@ -48,7 +48,9 @@ from pytest_backintel.run.budget import RunBudget
 from pytest_backintel.run.cleanup import clean_stale_in_background, remove_folder
 from pytest_backintel.run.failure import ScenarioFailure
 from pytest_backintel.run.pipeline import LOOKAHEAD, TrialPipeline, trials_in_flight
+from pytest_backintel.run.resume import Resumption
 from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeable
+from pytest_backintel.run.shards import select_shard
 from pytest_backintel.run.streak import ProviderStreak
 from pytest_backintel.run.trial import TrialResult, run_trial
 from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
@@ -103,6 +105,10 @@ class BenchSession:
         """Guards what trials in worker threads build lazily: worlds, backends, the sandbox."""
         self.reserved_note: list[str] = []
         """The line saying reserved items were deselected from an unfrozen run."""
+        self.resumption = (
+            Resumption(self.run_dir, self.options.retry_blocked) if self.options.resume else None
+        )
+        """What `--resume`/`--retry-blocked` finishes (None for a new run)."""
 
     # -- lazily built, once per process --------------------------------------------------
     @property
@@ -242,7 +248,22 @@ class BenchSession:
                 lock_plan(self.run_dir, entry, items, self.reserved_cases, self.data_dir)
             except (FreezeError, SealedSuiteError) as exc:
                 refuse(self.config, items, str(exc))
+        self.select_trials(items)
+
+    def select_trials(self, items: list[pytest.Item]) -> None:
+        """A resumed run keeps the trials left to run; a shard its part; then the plan."""
+        opts = self.options
+        if self.resumption is not None:  # the run's plan is already written
+            self.reserved_note.append(self.resumption.select(self.config, items, self.data_hash_of))
+            return
+        if opts.shard is not None:
+            select_shard(self.config, items, opts.shard, opts.shard_durations, self.run_dir)
         run_folder.write_plan(self.run_dir, self.worker, items, self.config.option.collectonly)
+
+    def data_hash_of(self, item: ScenarioItem) -> tuple[str, str, str]:
+        """(world, snapshot, data hash) of the item's dataset (built once)."""
+        dataset = item.scenario.dataset
+        return dataset.world, dataset.snapshot, self.dataset(item.scenario)[1]
 
     def start_pipeline(self) -> None:
         """With `--concurrency` above 1 (or `auto` for a model analyst), trials run ahead."""
@@ -358,6 +379,8 @@ class BenchSession:
         where["data_hash"] = files_hash[1] if files_hash else None
         backend = store_spec(item.scenario, self.options.store)
         record = trial_record(item, outcome, where, backend) | body
+        if self.resumption is not None:  # a trial run again keeps its earlier attempts
+            record |= self.resumption.attempt(item.nodeid)
         self.writer.write(record)
         self.outcomes[outcome] += 1
         item.user_properties += junit_properties(record)
@@ -388,20 +411,27 @@ class BenchSession:
         if self.config.pluginmanager.has_plugin("dsession") and self.options.analyst != "reference":
             self.check_analyst(model=not self.config.option.collectonly)
         header = self._header = self.run_header()
-        header["appended_to"] = run_folder.check_run_folder(self.run_dir, self.options.append_run)
-        opts = self.options
+        opts, resumed = self.options, self.resumption
+        if resumed is not None:
+            resumed.begin(header, opts.shard, opts.freeze, candidate_id(self.candidate()))
+            self.streak.path.unlink(missing_ok=True)  # a provider streak stops one session
+        else:
+            header["appended_to"] = run_folder.check_run_folder(self.run_dir, opts.append_run)
         if opts.freeze:
             try:
                 results, baseline = self.root / self.options.results_dir, opts.freeze_baseline
                 diff = check_candidate(header["git"], self.root, results, baseline)
-                header["freeze"] = register_run(
-                    results, self.run_id, self.candidate(), opts.freeze_plan, diff
-                )
+                if resumed is None:
+                    shard = "{}/{}".format(*opts.shard) if opts.shard else None
+                    header["freeze"] = register_run(
+                        results, self.run_id, self.candidate(), opts.freeze_plan, diff, shard
+                    )
             except FreezeError as exc:
                 raise pytest.UsageError(str(exc)) from exc
-            write_json(self.run_dir / "run.json", header)
-        if self.budget.path.exists() and not self.options.append_run:
-            self.budget.reset()
+            if resumed is None:
+                write_json(self.run_dir / "run.json", header)
+        if self.budget.path.exists() and not (opts.append_run or resumed):
+            self.budget.reset()  # a resumed run's budget is the whole run's
 
     def finish(self, exitstatus: int) -> None:
         if self.pipeline is not None:  # trials started ahead of an interrupted run clean up

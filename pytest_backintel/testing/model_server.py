@@ -159,6 +159,8 @@ class _State:
     scripts: list[Script] = field(default_factory=list)
     attempts: dict[tuple[str, int], int] = field(default_factory=dict)
     requests: list[Received] = field(default_factory=list)
+    down: list[Failure] = field(default_factory=list)
+    """Failures served to the next requests, whatever their script (an outage)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
 
@@ -268,6 +270,10 @@ class _Handler(BaseHTTPRequestHandler):
                 received_at=time.time(),
             )
             state.requests.append(seen)
+            outage = state.down.pop(0) if state.down else None
+        if outage is not None:
+            self._fail(outage, seen)
+            return
         if script is None or index >= len(script.steps):
             seen.reply = "no script" if script is None else "exhausted"
             error = {"message": f"test server: {seen.reply} for this conversation (step {index})"}
@@ -334,6 +340,12 @@ class ModelServer:
         with self._httpd.state.lock:
             self._httpd.state.scripts.append(Script(match, tuple(steps)))
 
+    def fail_next(self, requests: int, failure: Failure | None = None) -> None:
+        """An outage: the next `requests` requests fail like `failure` (default HTTP 500),
+        whichever conversation they belong to; later ones are answered by their scripts."""
+        with self._httpd.state.lock:
+            self._httpd.state.down.extend([failure or Failure.http(500)] * requests)
+
     def reset(self) -> None:
         """Forget scripts, attempts and received requests."""
         with self._httpd.state.lock:
@@ -341,6 +353,7 @@ class ModelServer:
             state.scripts.clear()
             state.attempts.clear()
             state.requests.clear()
+            state.down.clear()
 
     def start(self) -> ModelServer:
         self._thread = threading.Thread(
