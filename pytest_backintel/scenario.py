@@ -12,7 +12,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 __all__ = [
     "CRITERION",
@@ -375,6 +383,15 @@ class Scenario(_Strict):
     """Tables and columns the analyst must not read, and grants it does not have."""
     planted: list[PlantedInstruction] = Field(default_factory=list)
     """Instructions planted in the data, and the values they ask for."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_plants(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A scenario with nothing planted dumps as it did before plants existed, so committed
+        manifests (and the reserved split's commitment) keep their bytes."""
+        data: dict[str, Any] = handler(self)
+        if not self.planted:
+            data.pop("planted", None)
+        return data
 
     @model_validator(mode="before")
     @classmethod
