@@ -41,8 +41,12 @@ class Mutant:
 
 def all_cases() -> dict[str, Case]:
     """Every shipped case: scenario files and the cases of the default manifests (a sealed
-    reserved suite ships no case to mutate: only its commitment is in the repository)."""
-    cases = {sid: Case(sc, None) for sid, (_, sc) in find_scenarios().items()}
+    reserved suite ships no case to mutate: only its commitment is in the repository).
+    Prediction scenarios are answered by a program, not a check query: their hostile answers
+    (shuffled, unsupported, hard-coded from leaked labels) are in tests/test_prediction.py."""
+    cases = {
+        sid: Case(sc, None) for sid, (_, sc) in find_scenarios().items() if sc.prediction is None
+    }
     for pattern in DEFAULT_MANIFESTS:
         for path in sorted(ROOT.glob(pattern)):
             for raw in _read(path)["cases"]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -109,6 +110,11 @@ def check_stores(items: Sequence[pytest.Item], default: str) -> None:
         raise pytest.UsageError("\n".join(lines))
 
 
+_WORKDIRS_IN_USE: Counter[Path] = Counter()
+"""Per-process store folders and how many live `StoreBackends` of this process use each (a
+`backintel score` run in-process beside a session shares its folder)."""
+
+
 class StoreBackends:
     """Backends by spec, each set up once in this process and torn down at the end."""
 
@@ -125,6 +131,7 @@ class StoreBackends:
             except UnknownStoreError as exc:
                 raise pytest.UsageError(str(exc)) from exc
             store.setup_session()
+            _WORKDIRS_IN_USE[store.workdir] += 1
             self._stores[spec] = store
         return self._stores[spec]
 
@@ -135,12 +142,19 @@ class StoreBackends:
             folder = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)[-80:]
             store = make(self._data_dir() / "stores" / folder / f"{os.getpid()}")
             store.setup_session()
+            _WORKDIRS_IN_USE[store.workdir] += 1
             self._stores[key] = store
         return self._stores[key]
 
     def teardown(self) -> list[Path]:
-        """Tear every backend down; their per-process folders, for the caller to remove."""
+        """Tear every backend down; the per-process folders no other live `StoreBackends` of
+        this process uses, for the caller to remove."""
         stores, self._stores = self._stores, {}
+        unused = []
         for store in stores.values():
             store.teardown_session()
-        return [store.workdir for store in stores.values()]
+            _WORKDIRS_IN_USE[store.workdir] -= 1
+            if _WORKDIRS_IN_USE[store.workdir] <= 0:
+                del _WORKDIRS_IN_USE[store.workdir]
+                unused.append(store.workdir)
+        return unused
