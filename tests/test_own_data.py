@@ -449,7 +449,7 @@ def test_a_suite_file_binds_its_folder_and_below_and_a_scenario_of_its_own_wins(
         ("level: 1\nsplit: development\ndataset: {sqlite: shop.sqlite}\n", 3, "dataset.sqlite: "
          "no sqlite file at "),
         ("split: development\nlevel: 9\ndataset: {sqlite: ../shop.sqlite}\n", 2, "level: Input "
-         "should be less than or equal to 7"),
+         "should be less than or equal to 8"),
         ("dataset: [sqlite\n", 2, "invalid YAML"),
     ],
     ids=["unknown-field", "missing-source", "bad-level", "bad-yaml"],

@@ -155,8 +155,8 @@ def classify(obs: Observed, limits: Limits) -> LimitHit | None:
     process counter, then the error messages a payload prints when an allocation, a fork or a
     write is refused (only when the payload failed: a handled MemoryError is not a limit hit).
     """
-    if obs.killed_for == "wall_time" and obs.pids_limit_hit:
-        return "processes"  # a contained fork bomb that kept retrying until the timer
+    if obs.killed_for in ("wall_time", "cpu_time") and obs.pids_limit_hit:
+        return "processes"  # a contained fork bomb retrying until a timer or the CPU total
     if obs.killed_for is not None:
         return obs.killed_for
     if obs.signal == SIGXCPU or (
