@@ -94,8 +94,8 @@ def test_scorecard_opens_cleanly_with_label_tables_and_charts(
     page = _Page()
     page.feed(dom)
     assert page.tables == [
-        "facts", "outcomes", "by-split", "by-level", "by-family", "by-group", "by-store", "usage", "pass-k",
-        "cases",
+        "facts", "outcomes", "by-split", "by-level", "by-family", "by-group", "by-store", "usage",
+        "pass-k", "cases",
     ]  # fmt: skip
     assert "repeat_person_share" in dom
     assert len(page.images) == 3
