@@ -57,15 +57,23 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _rebound(args: argparse.Namespace, command: str) -> bool:
+    """Apply the command's `--dataset ALIAS=KIND:SOURCE` rebindings; False (said) if one is bad."""
     from pytest_backintel.collect.suites import rebind
-    from pytest_backintel.collect.validate import validate_paths
     from pytest_backintel.options import parse_rebinding
 
     try:
         rebind(dict(parse_rebinding(d) for d in args.dataset), Path.cwd())
     except ValueError as exc:
-        print(f"backintel validate: {exc}", file=sys.stderr)
+        print(f"backintel {command}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from pytest_backintel.collect.validate import validate_paths
+
+    if not _rebound(args, "validate"):
         return 2
     problems = validate_paths([Path(p) for p in args.paths or ["."]], world_queries=args.worlds)
     for line in problems:
@@ -77,13 +85,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _references_build(args: argparse.Namespace) -> int:
     from pytest_backintel.collect.references import build_locks
-    from pytest_backintel.collect.suites import rebind
-    from pytest_backintel.options import parse_rebinding
 
-    try:
-        rebind(dict(parse_rebinding(d) for d in args.dataset), Path.cwd())
-    except ValueError as exc:
-        print(f"backintel references build: {exc}", file=sys.stderr)
+    if not _rebound(args, "references build"):
         return 2
     done, problems = build_locks(
         [Path(p) for p in args.paths or ["."]], check=args.check, root=Path.cwd()
