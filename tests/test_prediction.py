@@ -11,10 +11,12 @@ from typing import Any
 
 import polars as pl
 import pytest
+import sklearn.metrics  # noqa: F401  # before pytester snapshots sys.modules (numpy loads once)
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from pytest_backintel.cli import main
 from pytest_backintel.collect.loading import DEFINITIONS_DIR, find_scenarios
 from pytest_backintel.contract import AnalystAnswer, Evidence, MetricValue
 from pytest_backintel.evidence.prediction import PermutedRun
@@ -319,7 +321,7 @@ def literal(config):
 
 
 def test_predictions_hard_coded_from_the_hidden_labels_are_caught_by_the_permutation(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
     refs = json.loads((REFERENCES_DIR / "olist-predict-late_delivery.json").read_text())
     rows = refs["references"]["l8-late-delivery"]["values"]["cohort"]
@@ -337,3 +339,16 @@ def test_predictions_hard_coded_from_the_hidden_labels_are_caught_by_the_permuta
     assert prediction["metrics"]["auroc"] == 1.0, "the literal predictions are perfect"
     assert all(c["ok"] for c in prediction["checks"])
     assert prediction["permuted"]["criteria_met"] is True
+    # backintel score equals the trial: the permutation check runs there too
+    assert main(["score", "--run", str(pytester.path / "results" / "lit")]) == 1
+    assert "1 recorded answers scored again: 1 agree with the trial" in capsys.readouterr().out
+
+
+def test_backintel_score_agrees_with_a_passing_prediction_trial(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = run_bench(pytester, "-k", "l8-order-value", run_id="ref")
+    assert records["l8-order-value"]["outcome"] == "pass", records["l8-order-value"]["reasons"]
+    assert main(["score", "--run", str(pytester.path / "results" / "ref")]) == 0
+    out = capsys.readouterr().out
+    assert "1 recorded answers scored again: 1 agree with the trial; 1 pass, 0 fail" in out

@@ -19,6 +19,7 @@ from pytest_backintel.collect.manifests import manifest_reference
 from pytest_backintel.collect.user_data import world_for
 from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
 from pytest_backintel.evidence.item_python import evidence_runner
+from pytest_backintel.evidence.prediction import permutation_run, permuted_copy
 from pytest_backintel.evidence.probe import Probes
 from pytest_backintel.evidence.reexecute import EvidenceResult, reexecute
 from pytest_backintel.run.cleanup import remove_folder
@@ -26,6 +27,7 @@ from pytest_backintel.run.scope import observed_reads
 from pytest_backintel.sandbox.base import SandboxProvider
 from pytest_backintel.sandbox.registry import create_provider
 from pytest_backintel.scenario import Scenario
+from pytest_backintel.scoring.prediction import score_prediction
 from pytest_backintel.scoring.score import TrialScore, boundary_reasons, score_answer
 from stores.base import DatasetFiles, ProvisionedStore
 
@@ -66,6 +68,17 @@ class HandScorer:
     def _python(self, mount: Path | None) -> Any:
         return evidence_runner(self.sandboxes)(mount)
 
+    def _permuted_python(self, scenario: Scenario) -> Any:
+        """Python evidence over the prediction dataset with its training labels permuted, as a
+        trial re-runs it (`permuted_copy`); None without a SQLite build."""
+        files, data_hash = self.dataset(scenario)
+        if scenario.prediction is None or files.sqlite_path is None:
+            return None
+        copy = permuted_copy(
+            files.sqlite_path, scenario.prediction, self.data_dir / "permuted", data_hash
+        )
+        return evidence_runner(self.sandboxes)(copy)
+
     def reference(self, scenario: Scenario, manifest: Path | None) -> Mapping[str, Any]:
         if not scenario.answerable:
             return {}
@@ -94,10 +107,19 @@ class HandScorer:
             store, _ = self.store(scenario)
             files, data_hash = self.dataset(scenario)
             backend = backend_for(self.backends, scenario, self.default_store)
-            probes = self.probes.get(spec, backend, files, self._python, data_hash)
+            probes = (  # a prediction's program is checked on permuted labels instead
+                self.probes.get(spec, backend, files, self._python, data_hash)
+                if scenario.prediction is None
+                else []
+            )
             evidence = reexecute(output, scenario, store, self._python(store.mount_path), probes)
             self.probe_gaps = sorted({gap for probe in probes for gap in probe.gaps(scenario)})
-        score = score_answer(scenario, output, evidence, self.reference(scenario, manifest))
+        reference = self.reference(scenario, manifest)
+        if scenario.prediction is not None and isinstance(output, AnalystAnswer):
+            permuted = permutation_run(scenario, output, evidence, self._permuted_python(scenario))
+            score = score_prediction(scenario, output, evidence, reference, permuted)
+        else:
+            score = score_answer(scenario, output, evidence, reference)
         if isinstance(output, AnalystAnswer) and scenario.scope is not None:  # cited reads
             accesses, _ = observed_reads(
                 scenario, AnalystRun(output=output), self.store(scenario)[0]
