@@ -41,7 +41,7 @@ _JOIN = (
     'exec "$@"'
 )
 """Shell that writes its pid into each cgroup.procs file given, then execs the rest."""
-_POLL_S = 0.1
+_POLL_S = 0.02
 """How often the host checks the tree's memory, CPU and disk while it runs."""
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 __all__ = ["DiskWatch", "disk_usage"]
 
 _MIN_ENTRY = 4096
-_MIN_INTERVAL_S = 0.05
+_MIN_INTERVAL_S = 0.02
 
 
 def disk_usage(roots: Sequence[Path]) -> int:
