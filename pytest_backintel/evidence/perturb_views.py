@@ -18,7 +18,10 @@ A table whose rows cannot be dropped is named in the notes, with why.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from pytest_backintel.evidence.perturb import (
@@ -29,13 +32,22 @@ from pytest_backintel.evidence.perturb import (
     key_names,
     write_done,
 )
-from stores.base import DatasetFiles, new_store_id
-from stores.schema_keys import sqlite_declared_keys
+from stores.base import DatasetFiles, ProvisionedStore, Store, new_store_id
+from stores.schema_keys import DeclaredKeys, sqlite_declared_keys
 from stores.sqlite_build import quote_ident
 from stores.sqlite_probe import SQLiteProbeStore, TablePlan, materialise
 from stores.sqlite_source import SQLiteSourceStore
 
-__all__ = ["sqlite_plan", "sqlite_view_probe"]
+__all__ = [
+    "Catalog",
+    "SQLiteCatalog",
+    "SqlCatalog",
+    "ViewProbeKind",
+    "plan_tables",
+    "sqlite_plan",
+    "sqlite_view_probe",
+    "view_probe_kind",
+]
 
 _NUMERIC = ("REAL", "FLOA", "DOUB", "NUM", "DEC")
 _NO_KEY = (
@@ -44,27 +56,82 @@ _NO_KEY = (
 )
 
 
-def _unique(con: sqlite3.Connection, table: str, cols: list[str]) -> bool:
-    q = quote_ident(table)
-    names = ", ".join(quote_ident(c) for c in cols)
-    nulls = " OR ".join(f"{quote_ident(c)} IS NULL" for c in cols)
-    if con.execute(f"SELECT EXISTS (SELECT 1 FROM {q} WHERE {nulls})").fetchone()[0]:
-        return False
-    total = con.execute(f"SELECT COUNT(*) FROM {q}").fetchone()[0]
-    distinct = con.execute(f"SELECT COUNT(*) FROM (SELECT DISTINCT {names} FROM {q})")
-    return bool(distinct.fetchone()[0] == total)
+class Catalog(Protocol):
+    """What the planner reads of a source: its tables, column types, declared keys, and two
+    questions answered by the engine in bounded memory."""
+
+    def tables(self) -> list[str]: ...
+
+    def column_types(self, table: str) -> dict[str, str]:
+        """Column name -> declared type, upper case, in column order."""
+
+    def declared(self, tables: list[str]) -> DeclaredKeys: ...
+
+    def has_rows(self, table: str, n: int) -> bool:
+        """Whether `table` holds at least `n` rows."""
+
+    def unique(self, table: str, cols: list[str]) -> bool:
+        """Whether `cols` are never NULL and unique together in `table`."""
+
+
+class SqlCatalog:
+    """`has_rows` and `unique` as SQL any engine runs, over a `query(sql) -> rows` function;
+    a subclass reads the tables, types and keys from its engine's catalog."""
+
+    def __init__(self, query: Callable[[str], list[tuple[Any, ...]]]) -> None:
+        self.query = query
+
+    def has_rows(self, table: str, n: int) -> bool:
+        q = quote_ident(table)
+        return (
+            int(self.query(f"SELECT COUNT(*) FROM (SELECT 1 FROM {q} LIMIT {n}) AS t")[0][0]) >= n
+        )
+
+    def unique(self, table: str, cols: list[str]) -> bool:
+        q = quote_ident(table)
+        names = ", ".join(quote_ident(c) for c in cols)
+        nulls = " OR ".join(f"{quote_ident(c)} IS NULL" for c in cols)
+        if self.query(f"SELECT EXISTS (SELECT 1 FROM {q} WHERE {nulls})")[0][0]:
+            return False
+        total = self.query(f"SELECT COUNT(*) FROM {q}")[0][0]
+        distinct = self.query(f"SELECT COUNT(*) FROM (SELECT DISTINCT {names} FROM {q}) AS t")
+        return bool(distinct[0][0] == total)
+
+
+class SQLiteCatalog(SqlCatalog):
+    """A SQLite file's catalog (`sqlite_schema`, `PRAGMA table_info`, `foreign_key_list`)."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        super().__init__(lambda sql: con.execute(sql).fetchall())
+        self.con = con
+
+    def tables(self) -> list[str]:
+        return [
+            str(r[0])
+            for r in self.con.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE "
+                "'sqlite_%' AND sql NOT LIKE 'CREATE VIRTUAL%' ORDER BY name"
+            )
+        ]
+
+    def column_types(self, table: str) -> dict[str, str]:
+        info = self.con.execute(f"PRAGMA table_info({quote_ident(table)})").fetchall()
+        return {str(r[1]): str(r[2]).upper() for r in info}
+
+    def declared(self, tables: list[str]) -> DeclaredKeys:
+        return sqlite_declared_keys(self.con, tables)
 
 
 def _entity_key(
-    con: sqlite3.Connection, table: str, cols: list[str], names: dict[str, str], pk: list[str]
+    catalog: Catalog, table: str, cols: list[str], names: dict[str, str], pk: list[str]
 ) -> list[str]:
     if pk and set(pk) <= set(cols):
         return pk
     like = [c for c in cols if id_like(c) or id_like(names[c])]
     for col in like:
-        if _unique(con, table, [col]):
+        if catalog.unique(table, [col]):
             return [col]
-    return like if len(like) > 1 and _unique(con, table, like) else []
+    return like if len(like) > 1 and catalog.unique(table, like) else []
 
 
 Edge = tuple[str, list[str], str, list[str]]
@@ -92,37 +159,27 @@ def _acyclic(edges: list[Edge]) -> list[Edge]:
     return kept
 
 
+def plan_tables(catalog: Catalog) -> tuple[dict[str, TablePlan], list[str]]:
+    """Each table's plan, read from `catalog`, and the notes on the tables kept whole."""
+    tables = catalog.tables()
+    declared = catalog.declared(tables)
+    types = {t: catalog.column_types(t) for t in tables}
+    names = {t: key_names(t, list(types[t])) for t in tables}
+    small = {t: not catalog.has_rows(t, MIN_ROWS) for t in tables}
+    keys = {
+        t: _entity_key(catalog, t, list(types[t]), names[t], declared.primary.get(t, []))
+        for t in tables
+    }
+    return _plans(tables, types, names, small, keys, declared.foreign)
+
+
 def sqlite_plan(path: Path) -> tuple[dict[str, TablePlan], list[str]]:
-    """Each table's plan and the notes on the tables the probe keeps whole."""
+    """Each table's plan of a SQLite file and the notes on the tables the probe keeps whole."""
     con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
     try:
-        tables = [
-            str(r[0])
-            for r in con.execute(
-                "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE "
-                "'sqlite_%' AND sql NOT LIKE 'CREATE VIRTUAL%' ORDER BY name"
-            )
-        ]
-        declared = sqlite_declared_keys(con, tables)
-        types: dict[str, dict[str, str]] = {}
-        for table in tables:
-            info = con.execute(f"PRAGMA table_info({quote_ident(table)})").fetchall()
-            types[table] = {str(r[1]): str(r[2]).upper() for r in info}
-        names = {t: key_names(t, list(types[t])) for t in tables}
-        small = {
-            t: con.execute(
-                f"SELECT COUNT(*) FROM (SELECT 1 FROM {quote_ident(t)} LIMIT {MIN_ROWS})"
-            ).fetchone()[0]
-            < MIN_ROWS
-            for t in tables
-        }
-        keys = {
-            t: _entity_key(con, t, list(types[t]), names[t], declared.primary.get(t, []))
-            for t in tables
-        }
+        return plan_tables(SQLiteCatalog(con))
     finally:
         con.close()
-    return _plans(tables, types, names, small, keys, declared.foreign)
 
 
 def _plans(
@@ -175,17 +232,19 @@ def _plans(
 
 
 def sqlite_view_probe(
-    store: SQLiteSourceStore,
+    store: Store,
     files: DatasetFiles,
     cache_dir: Path,
     salt: int,
-    data_hash: str,
+    data_hash: str | None,
     plan: dict[str, TablePlan],
     notes: list[str],
 ) -> SQLiteProbeStore:
     """The probe of a SQLite source for `salt`: sessions read TEMP views over the source;
     Python evidence gets the same tables written to a file under `cache_dir`, built on its
     first use and kept while the source's data hash is the same (xdist-safe)."""
+    assert isinstance(store, SQLiteSourceStore)
+    assert data_hash is not None
     source = store.source_file(files)
     final = cache_dir / f"{files.name}-sqlite-views-v{PERTURB_VERSION}-s{salt}-{data_hash[:16]}"
 
@@ -199,3 +258,33 @@ def sqlite_view_probe(
 
     timeout = store.statement_timeout_s
     return SQLiteProbeStore(source, new_store_id(), timeout, plan, salt, materialised)
+
+
+Plans = tuple[dict[str, TablePlan], list[str]]
+
+
+@dataclass(frozen=True)
+class ViewProbeKind:
+    """A source whose probe is views over it, not a copy: how it is planned (once per
+    source) and how one salt's probe is made from the plan."""
+
+    plan: Callable[[Store, DatasetFiles], Plans]
+    probe: Callable[
+        [Store, DatasetFiles, Path, int, str | None, dict[str, TablePlan], list[str]],
+        ProvisionedStore,
+    ]
+
+
+def _sqlite_plan_of(store: Store, files: DatasetFiles) -> Plans:
+    assert isinstance(store, SQLiteSourceStore)
+    return sqlite_plan(store.source_file(files))
+
+
+SQLITE_VIEWS = ViewProbeKind(_sqlite_plan_of, sqlite_view_probe)
+
+
+def view_probe_kind(backend: Store, form: str | None) -> ViewProbeKind | None:
+    """How `backend` serves probes of a source of `form` as views (None: as copies)."""
+    if form == "sqlite" and isinstance(backend, SQLiteSourceStore):
+        return SQLITE_VIEWS
+    return None

@@ -188,7 +188,7 @@ class Probes:
         if form is None and not _is_postgres_clone(backend):
             return []  # no data of a form the probe can copy: tables-read check only
         probes = []
-        views = self._view_plan(backend, files, form, data_hash)
+        views = self._view_plan(backend, files, form)
         for salt in SALTS:
             try:
                 if views is not None:
@@ -204,31 +204,24 @@ class Probes:
             probes.append(DataProbe(store, backend.dialect, runner, notes))
         return probes
 
-    def _view_plan(
-        self, backend: Store, files: DatasetFiles, form: str | None, data_hash: str | None
-    ) -> Any:
-        """A SQLite source used in place: the plan of its probe as views (None otherwise)."""
-        from stores.sqlite_source import SQLiteSourceStore
+    def _view_plan(self, backend: Store, files: DatasetFiles, form: str | None) -> Any:
+        """(kind, plans, notes) when `backend` serves the probe as views over the source
+        (`perturb_views.view_probe_kind`), else None."""
+        from pytest_backintel.evidence.perturb_views import view_probe_kind
 
-        if form != "sqlite" or data_hash is None or not isinstance(backend, SQLiteSourceStore):
+        kind = view_probe_kind(backend, form)
+        if kind is None:
             return None
-        from pytest_backintel.evidence.perturb_views import sqlite_plan
-
         try:
-            return sqlite_plan(backend.source_file(files))
-        except Exception as exc:  # sqlite3 or OS errors
+            return (kind, *kind.plan(backend, files))
+        except Exception as exc:  # engine or OS errors
             raise StoreError(f"could not plan the data probe of {files.name!r}: {exc}") from exc
 
     def _view_probe(
         self, backend: Store, files: DatasetFiles, salt: int, data_hash: str | None, views: Any
     ) -> tuple[ProvisionedStore, list[str]]:
-        from pytest_backintel.evidence.perturb_views import sqlite_view_probe
-        from stores.sqlite_source import SQLiteSourceStore
-
-        assert isinstance(backend, SQLiteSourceStore)
-        assert data_hash is not None
-        plan, notes = views
-        probe = sqlite_view_probe(backend, files, self.cache_dir(), salt, data_hash, plan, notes)
+        kind, plan, notes = views
+        probe = kind.probe(backend, files, self.cache_dir(), salt, data_hash, plan, notes)
         return probe, notes
 
     def _provision(
