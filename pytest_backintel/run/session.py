@@ -102,6 +102,9 @@ class BenchSession:
         self.pipeline: TrialPipeline[ScenarioItem, tuple[TrialResult, str | None]] | None = None
         """Trials run ahead of pytest (`--concurrency` above 1); None for serial runs."""
         self._lock = threading.RLock()
+        self._setup_gate = threading.Lock()
+        """Trials run ahead set up one at a time (store, sandbox): setup is CPU under one GIL,
+        so N trials setting up at once would each reach the model only after all N had."""
         """Guards what trials in worker threads build lazily: worlds, backends, the sandbox."""
         self.reserved_note: list[str] = []
         """The line saying reserved items were deselected from an unfrozen run."""
@@ -343,10 +346,17 @@ class BenchSession:
         return result, span.trace_id
 
     def prepare_trial(self, item: ScenarioItem) -> tuple[TrialResult, str | None]:
-        """A whole trial off pytest's thread: its own store and sandbox, run, torn down."""
-        store = self.provision(item.scenario)
+        """A whole trial off pytest's thread: its own store and sandbox, run, torn down.
+        Stores and sandboxes are set up in turn (`_setup_gate`), so the first trial's analyst
+        starts after one setup, not after every trial in flight has done its own."""
+        with self._setup_gate:
+            store = self.provision(item.scenario)
+            try:
+                python = self.item_python(store, item.scenario)
+            except BaseException:
+                store.teardown()
+                raise
         try:
-            python = self.item_python(store, item.scenario)
             try:
                 return self.execute(item, store, python)
             finally:
