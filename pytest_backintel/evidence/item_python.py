@@ -44,6 +44,10 @@ class ItemPython:
         self.session = session
         self._sandbox: Sandbox | None = None
         self._channel: QueryChannel | None = None
+        self.call_sql: list[list[str]] = []
+        """Per `run` call, in order: the distinct statements it sent over the channel."""
+        self.evidence_sql: list[list[str]] = []
+        """Per evidence re-run: the distinct statements it sent over the channel."""
 
     def _open_channel(self) -> QueryChannel | None:
         if self.session is None:
@@ -64,7 +68,11 @@ class ItemPython:
                     self._sandbox = self.provider.open(self.mount, channel=folder)
                 else:
                     self._sandbox = self.provider.open(self.mount)
-            output = self._sandbox.exec(code).to_text()
+            try:
+                output = self._sandbox.exec(code).to_text()
+            finally:
+                channel = self._channel
+                self.call_sql.append(channel.take_statements() if channel is not None else [])
         except SandboxError as exc:
             raise InfraError(f"the sandbox failed: {exc}") from exc
         except Exception as exc:  # the harness's own code failed, not the analyst's program
@@ -87,6 +95,7 @@ class ItemPython:
         finally:
             if channel is not None:
                 channel.close()
+                self.evidence_sql.append(channel.take_statements())
         _raise_failure(channel)
         if isinstance(outcome, PythonEvidenceError):
             raise EvidenceRunError(f"{outcome.kind}: {outcome.reason}")

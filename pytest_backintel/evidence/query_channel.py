@@ -50,6 +50,8 @@ SessionSource = Callable[[], AbstractContextManager[StoreSession]]
 """Opens the session a channel's statements run through (`ProvisionedStore.connect`, or a data
 probe's `DataProbe.session`); entered on the channel's worker thread on the first request."""
 
+_LOG_BYTES = 8_000_000
+"""The most text of distinct statements a channel keeps for `take_statements`."""
 _SUN_PATH_MAX = 107
 """The longest Unix socket path the kernel takes (108 bytes with the terminating NUL)."""
 
@@ -119,6 +121,10 @@ class QueryChannel:
         """Statements run (refused and failed ones included)."""
         self.rejected = 0
         """Connections or requests turned away (too many, too large, not a request)."""
+        self.unlogged = 0
+        """Statements run but not kept for `take_statements` (past its size bound)."""
+        self._log: dict[str, None] = {}
+        self._log_bytes = 0
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._listener.bind(str(self.socket_path))
@@ -239,6 +245,7 @@ class QueryChannel:
             if message.get("op") == "tables":
                 return {"ok": True, "tables": list(session.list_tables())}
             self.statements += 1
+            self._remember(message["sql"])
             result = session.run_sql(message["sql"], limits.max_rows, limits.max_bytes)
         except QueryError as exc:
             self._clean = False
@@ -267,6 +274,23 @@ class QueryChannel:
             )
         rows = [[encode_cell(value) for value in row] for row in result.rows]
         return {"ok": True, "columns": list(result.columns), "rows": rows, **_cut(result)}
+
+    def _remember(self, sql: str) -> None:
+        with self._lock:
+            if sql in self._log:
+                return
+            if self._log_bytes + len(sql) > _LOG_BYTES:
+                self.unlogged += 1
+                return
+            self._log[sql] = None
+            self._log_bytes += len(sql)
+
+    def take_statements(self) -> list[str]:
+        """The distinct statements sent since the last call, in order (to plan again what
+        they read: a scenario's scope is observed on this path too)."""
+        with self._lock:
+            taken, self._log, self._log_bytes = list(self._log), {}, 0
+        return taken
 
     def _drop_session(self) -> None:
         """Leave the session (on the worker thread): a probe's goes back to its pool only

@@ -155,11 +155,11 @@ class BenchSession:
         """Python for the item: its store's file mounted when it lives on disk, and a query
         channel to its own read-only sessions (a scoped folder, its reads watched, when the
         scenario declares a scope)."""
-        if scenario is not None and scenario.scope is not None:  # no sandbox if not scopeable
-            if store.mount_path is None:
-                return None
+        if scenario is not None and scenario.scope is not None:
             files = self.dataset(scenario)[0]
-            return ScopedPython(self.sandboxes, files, scenario.scope) if scopeable(files) else None
+            if scopeable(files):
+                return ScopedPython(self.sandboxes, files, scenario.scope, store.connect)
+            return ItemPython(self.sandboxes, None, store.connect)  # observed by its plans
         return ItemPython(self.sandboxes, store.mount_path, store.connect)
 
     def provision(self, scenario: Scenario) -> ProvisionedStore:

@@ -337,10 +337,11 @@ def tables() -> list[str]:
 def table(name: str) -> Any:
     """One whole table as a polars DataFrame (over the query channel, a list of row dicts
     when polars cannot be imported; a table past the channel's cap raises `QueryError`)."""
-    if name not in (names := tables()):
-        raise KeyError(f"no table {name!r} in the store; tables: {', '.join(names)}")
-    if _served():
-        columns, rows = query_rows(f'SELECT * FROM "{name.replace(chr(34), chr(34) * 2)}"')
+    if _served():  # the store resolves the name (a search path may hold it unqualified)
+        listed = name in tables()
+        parts = name.split(".") if listed and "." in name else [name]  # `alias.table`
+        quoted = ".".join('"' + part.replace('"', '""') + '"' for part in parts)
+        columns, rows = query_rows(f"SELECT * FROM {quoted}")
         try:
             import polars as pl
         except ImportError:
@@ -348,6 +349,8 @@ def table(name: str) -> Any:
         return pl.DataFrame(rows, schema=columns, orient="row", infer_schema_length=None)
     import polars as pl
 
+    if name not in (names := tables()):
+        raise KeyError(f"no table {name!r} in the store; tables: {', '.join(names)}")
     if kind() in {"parquet", "files"}:
         file = _data_files(store_path())[name]
         if file.suffix == ".parquet":
