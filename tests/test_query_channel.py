@@ -236,7 +236,7 @@ def _ask(channel: QueryChannel, message: Any) -> Any:
 
 
 def test_hostile_clients_leave_the_channel_serving(item: ProvisionedStore) -> None:
-    limits = ChannelLimits(max_connections=4, io_timeout_s=1.0, max_request_bytes=4096)
+    limits = ChannelLimits(max_connections=4, io_timeout_s=1.0, max_request_bytes=8192)
     started = time.monotonic()
     with QueryChannel(item.connect, limits=limits) as channel:
         assert len(os.fsencode(channel.socket_path)) < 108
@@ -272,9 +272,14 @@ def test_hostile_clients_leave_the_channel_serving(item: ProvisionedStore) -> No
         for sock in idle:
             sock.close()
         time.sleep(0.3)
-        # a client that sends a request and never reads its (large) reply
+        # a client that sends a request and never reads its reply (past the socket's
+        # buffer, so the server's send blocks until io_timeout_s)
         lazy = _connect(channel)
-        send_frame(lazy, {"sql": "SELECT * FROM orders"})
+        big = f"SELECT '{'x' * 3000}' AS s FROM orders a CROSS JOIN orders b"  # 7.5 MB
+        send_frame(lazy, {"sql": big})
+        whole = _ask(channel, {"sql": big})  # meanwhile another client reads the same reply
+        assert whole["ok"], whole
+        assert len(whole["rows"]) == ROWS * ROWS
         # and after all of it, a well-formed request is served
         deadline = time.monotonic() + 5
         while True:

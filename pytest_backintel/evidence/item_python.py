@@ -8,6 +8,7 @@ so `backintel_store.query` works on every store, and is the only way to a server
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ class ItemPython:
         """Per evidence re-run: the distinct statements it sent over the channel."""
 
     def _open_channel(self) -> QueryChannel | None:
-        if self.session is None:
+        if self.session is None or not _takes_channel(self.provider):
             return None
         return QueryChannel(
             self.session,
@@ -108,6 +109,14 @@ class ItemPython:
         if self._channel is not None:
             channel, self._channel = self._channel, None
             channel.close()
+
+
+def _takes_channel(provider: SandboxProvider) -> bool:
+    """Whether `provider.open` mounts a query channel (a backend of before it does not)."""
+    try:
+        return "channel" in inspect.signature(provider.open).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _raise_failure(channel: QueryChannel | None) -> None:

@@ -3,7 +3,9 @@
 Each `exec` starts a fresh `bwrap` with every namespace unshared (so no network), the root built
 only from /usr (without /usr/local), the loader cache, a synthetic passwd/group, the harness's
 Python and the project's site-packages, all read-only; the item's workspace read-write at
-/workspace; the store read-only at /data/store/<name>; a small tmpfs /tmp. The payload runs as
+/workspace; the store read-only at /data/store/<name>; the query channel's folder read-only at
+/run/backintel-query (a Unix socket to the harness; the network stays unshared); a small tmpfs
+/tmp. The payload runs as
 uid 65534 inside, in its own pid namespace, so killing bwrap ends the whole tree.
 """
 
