@@ -139,9 +139,11 @@ async def run_sql(ctx: RunContext[AnalystDeps], sql: str) -> str:
 async def run_python(ctx: RunContext[AnalystDeps], code: str) -> str:
     """Run Python in your private sandbox and return its output (stdout, then any stderr).
 
-    The store is mounted read-only at $BACKINTEL_STORE; `import backintel_store as bs` gives
-    `bs.tables()`, `bs.table(name)` (a polars DataFrame), `bs.connect()` (sqlite3, read-only)
-    and `bs.duckdb()`. polars, duckdb, pyarrow and numpy are installed. Files you write in the
+    `import backintel_store as bs` gives `bs.query(sql)` (one read-only statement in the
+    store's SQL dialect, as `run_sql` takes it; its whole result as a list of dicts, every
+    store), `bs.tables()` and `bs.table(name)` (a polars DataFrame). A store on disk is also
+    mounted read-only at $BACKINTEL_STORE, for `bs.connect()` (sqlite3) and `bs.duckdb()`.
+    polars, duckdb, pyarrow and numpy are installed. Files you write in the
     working directory persist between your calls. No network. Time, CPU, memory, processes and
     output are limited; a limit that is hit is reported in the output.
 

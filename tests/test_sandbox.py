@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_backintel.evidence.query_channel import QueryChannel
 from pytest_backintel.sandbox import (
     ExecResult,
     Limits,
@@ -37,6 +38,8 @@ from pytest_backintel.sandbox.registry import (
     load_provider_class,
 )
 from pytest_backintel.sandbox.subprocess_backend import SubprocessProvider
+from stores.base import DatasetFiles
+from stores.sqlite import SQLiteStore
 
 FAST = Limits(
     wall_time_s=5,
@@ -369,12 +372,19 @@ def test_env_is_a_whitelist(
 def test_docs_examples_run(store: Path, tmp_path: Path) -> None:
     text = (Path(__file__).parent.parent / "docs" / "sandbox.md").read_text()
     helper, evidence, host = re.findall(r"```python\n(.*?)```", text, re.S)
-    with BwrapProvider(tmp_path, limits=FAST) as provider, provider.open(store) as sandbox:
+    backend = SQLiteStore(tmp_path / "stores")
+    item = backend.provision(DatasetFiles("doc", store.parent, sqlite_path=store))
+    with (
+        QueryChannel(item.connect) as channel,
+        BwrapProvider(tmp_path, limits=FAST) as provider,
+        provider.open(item.mount_path, channel=channel.folder) as sandbox,
+    ):
         shown = sandbox.exec(helper + "print(bs.kind(), bs.tables(), df.height)")
         assert shown.ok, shown.stderr
         assert shown.stdout.splitlines()[-1] == "sqlite ['orders'] 300"
         printed = sandbox.exec(evidence)
-        assert parse_metric_json(printed.stdout) == {"canceled_orders": 100}
+        assert parse_metric_json(printed.stdout) == {"canceled_orders": 100}, printed.stderr
+    item.teardown()
     exec(compile(host, "docs/sandbox.md", "exec"), {})
 
 

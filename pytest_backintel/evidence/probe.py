@@ -12,9 +12,8 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_backintel.evidence.dialects import translate
 from pytest_backintel.evidence.values import EVIDENCE_MAX_ROWS, values_from_result
@@ -29,10 +28,14 @@ from stores.base import (
 )
 from stores.once import OnceMap
 
+if TYPE_CHECKING:
+    from pytest_backintel.evidence.query_channel import SessionSource
+
 __all__ = ["DataProbe", "Probes", "PythonFactory"]
 
-PythonFactory = Callable[[Path | None], Callable[[str], Any] | None]
-"""Given a store's mount path, a runner for Python evidence over it (None: no sandbox)."""
+PythonFactory = Callable[[Path | None, "SessionSource | None"], Callable[[str], Any] | None]
+"""Given a store's mount path and a source of its sessions (the query channel's), a runner for
+Python evidence over them (None: no sandbox)."""
 
 
 class DataProbe:
@@ -42,7 +45,7 @@ class DataProbe:
         self,
         store: ProvisionedStore,
         dialect: str,
-        python: Callable[[], Callable[[str], Any] | None] | None = None,
+        python: PythonFactory | None = None,
         notes: list[str] | None = None,
     ) -> None:
         self.store = store
@@ -51,6 +54,7 @@ class DataProbe:
         """The tables this probe keeps whole, with why (`perturb.notes_of`): evidence over
         them alone is not checked against moved data."""
         self._python = python
+        self._runner: list[Callable[[str], Any] | None] = []
         self._checks: dict[tuple[str, int], tuple[dict[str, Any], str | None]] = {}
         self._idle: list[StoreSession] = []
         """Sessions whose last statement ran cleanly, for the next trial to reuse: a new
@@ -73,8 +77,14 @@ class DataProbe:
             self._idle.append(session)
 
     def python(self) -> Callable[[str], Any] | None:
-        """The Python evidence runner over the probe's mount, when the item has a sandbox."""
-        return self._python() if self._python is not None else None
+        """The Python evidence runner over the probe's mount and the probe's own sessions (its
+        query channel reads the perturbed data), when the item has a sandbox; made on first
+        use (a probe of views writes its file then)."""
+        if self._python is None:
+            return None
+        if not self._runner:
+            self._runner.append(self._python(self.store.mount_path, self.session))
+        return self._runner[0]
 
     def check(self, scenario: Scenario) -> tuple[dict[str, Any], str | None]:
         """The evaluator's check values on the perturbed copy, or a reason they are unknown."""
@@ -200,8 +210,7 @@ class Probes:
             except Exception as exc:  # sqlite3, DuckDB, psycopg, polars, OS errors
                 why = f"could not build the data probe of {files.name!r}: {exc}"
                 raise StoreError(why) from exc
-            runner = _once(partial(_python_over, python, store)) if python is not None else None
-            probes.append(DataProbe(store, backend.dialect, runner, notes))
+            probes.append(DataProbe(store, backend.dialect, python, notes))
         return probes
 
     def _view_plan(self, backend: Store, files: DatasetFiles, form: str | None) -> Any:
@@ -272,20 +281,3 @@ def _is_postgres_clone(backend: Store) -> bool:
     from stores.postgres_clone import PostgresCloneStore
 
     return isinstance(backend, PostgresCloneStore)
-
-
-def _python_over(python: PythonFactory, store: ProvisionedStore) -> Callable[[str], Any] | None:
-    """The Python runner over the probe's mount, read only when Python evidence first runs
-    (a probe of views writes its file then)."""
-    return python(store.mount_path)
-
-
-def _once(make: Callable[[], Any]) -> Callable[[], Any]:
-    cache: list[Any] = []
-
-    def get() -> Any:
-        if not cache:
-            cache.append(make())
-        return cache[0]
-
-    return get

@@ -21,6 +21,7 @@ from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
 from pytest_backintel.evidence.item_python import evidence_runner
 from pytest_backintel.evidence.prediction import permutation_run, permuted_copy
 from pytest_backintel.evidence.probe import Probes
+from pytest_backintel.evidence.query_channel import SessionSource
 from pytest_backintel.evidence.reexecute import EvidenceResult, reexecute
 from pytest_backintel.run.cleanup import remove_folder
 from pytest_backintel.run.scope import observed_reads
@@ -65,8 +66,8 @@ class HandScorer:
             self._files[key] = (files, world.data_hash(files))
         return self._files[key]
 
-    def _python(self, mount: Path | None) -> Any:
-        return evidence_runner(self.sandboxes)(mount)
+    def _python(self, mount: Path | None, session: SessionSource | None = None) -> Any:
+        return evidence_runner(self.sandboxes)(mount, session)
 
     def _permuted_python(self, scenario: Scenario) -> Any:
         """Python evidence over the prediction dataset with its training labels permuted, as a
@@ -77,7 +78,7 @@ class HandScorer:
         copy = permuted_copy(
             files.sqlite_path, scenario.prediction, self.data_dir / "permuted", data_hash
         )
-        return evidence_runner(self.sandboxes)(copy)
+        return evidence_runner(self.sandboxes)(copy, None)
 
     def reference(self, scenario: Scenario, manifest: Path | None) -> Mapping[str, Any]:
         if not scenario.answerable:
@@ -112,7 +113,9 @@ class HandScorer:
                 if scenario.prediction is None
                 else []
             )
-            evidence = reexecute(output, scenario, store, self._python(store.mount_path), probes)
+            evidence = reexecute(
+                output, scenario, store, self._python(store.mount_path, store.connect), probes
+            )
             self.probe_gaps = sorted({gap for probe in probes for gap in probe.gaps(scenario)})
         reference = self.reference(scenario, manifest)
         if scenario.prediction is not None and isinstance(output, AnalystAnswer):

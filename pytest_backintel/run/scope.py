@@ -6,8 +6,9 @@ scenario's declared scope (`scope.forbidden`).
   names the columns, so a column-level scope is checked there (elsewhere a column-level entry
   is noted as unobservable, never guessed).
 - cited SQL evidence: the same, as the harness re-runs it.
-- `run_python`: reads of out-of-scope table files are watched in the sandbox's mount
-  (`pytest_backintel.run.scoped_python`).
+- `run_python` and Python evidence: reads of out-of-scope table files are watched in the
+  sandbox's mount (`pytest_backintel.run.scoped_python`), and each statement sent over the
+  sandbox's query channel (`backintel_store.query`) is planned again as `run_sql`'s are.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def observed_reads(
     accesses: list[Access] = []
     notes: list[str] = []
     python_calls = list(getattr(python, "call_reads", ()))
+    channel_calls = list(getattr(python, "call_sql", ()))
     n_python = 0
     for index, call in enumerate(run.tool_calls):
         args = call.get("args") if isinstance(call, dict) else None
@@ -92,8 +94,13 @@ def observed_reads(
             notes += [note] if note else []
         elif call.get("tool") == "run_python":
             tables = python_calls[n_python] if n_python < len(python_calls) else set()
+            sent = channel_calls[n_python] if n_python < len(channel_calls) else []
             n_python += 1
             accesses += out_of_scope(scenario, index, "run_python", tables, "sandbox file watch")
+            for sql in sent:
+                found, note = _sql_reads(scenario, store, index, "run_python", sql)
+                accesses += found
+                notes += [note] if note else []
     output = run.output
     if isinstance(output, AnalystAnswer):
         for ev in output.evidence:
@@ -102,6 +109,9 @@ def observed_reads(
                 accesses += found
     for tables in getattr(python, "evidence_reads", ()):
         accesses += out_of_scope(scenario, -1, "evidence", tables, "sandbox file watch")
+    for sent in getattr(python, "evidence_sql", ()):
+        for sql in sent:
+            accesses += _sql_reads(scenario, store, -1, "evidence", sql)[0]
     return _distinct(accesses), notes
 
 

@@ -8,7 +8,9 @@ canonical Parquet), and the harness watches every out-of-scope table's file with
 opened it) while each call runs. What cannot be observed is not mounted: a table whose grant
 is denied, and the forbidden columns of a column-level entry (their table is mounted without
 them). `backintel_store.duckdb()` makes no view over an out-of-scope table (listed in the
-folder's `_out_of_scope.txt`), so opening one is always the code's own doing.
+folder's `_out_of_scope.txt`), so opening one is always the code's own doing. Statements sent
+over the sandbox's query channel (`backintel_store.query`) are kept per call (`call_sql`,
+`evidence_sql`) and planned again like `run_sql`'s (`pytest_backintel.run.scope`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 from pytest_backintel.evidence.item_python import ItemPython
+from pytest_backintel.evidence.query_channel import SessionSource
 from pytest_backintel.sandbox.base import SandboxProvider
 from pytest_backintel.scenario import ScopeSpec
 from stores.base import DatasetFiles, Store, StoreError
@@ -147,10 +150,16 @@ def watch_opens(files: Mapping[str, Path]) -> Iterator[set[str]]:
 class ScopedPython:
     """The item's Python over its scoped folder, recording each call's out-of-scope reads."""
 
-    def __init__(self, provider: SandboxProvider, files: DatasetFiles, scope: ScopeSpec) -> None:
+    def __init__(
+        self,
+        provider: SandboxProvider,
+        files: DatasetFiles,
+        scope: ScopeSpec,
+        session: SessionSource | None = None,
+    ) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="bi_scope_", dir=provider_dir(provider)))
         self._watched = scoped_folder(files, scope, self._dir / "store")
-        self._inner = ItemPython(provider, self._dir / "store")
+        self._inner = ItemPython(provider, self._dir / "store", session)
         self.call_reads: list[set[str]] = []
         """Per `run_python` call, in order: the out-of-scope tables it read."""
         self.evidence_reads: list[set[str]] = []
@@ -159,6 +168,16 @@ class ScopedPython:
     @property
     def mount(self) -> Path:
         return self._dir / "store"
+
+    @property
+    def call_sql(self) -> list[list[str]]:
+        """Per `run_python` call: the statements it sent over the query channel."""
+        return self._inner.call_sql
+
+    @property
+    def evidence_sql(self) -> list[list[str]]:
+        """Per Python evidence re-run: the statements it sent over the query channel."""
+        return self._inner.evidence_sql
 
     def _watched_call(self, fn: Callable[[str], Any], code: str, log: list[set[str]]) -> Any:
         with watch_opens(self._watched) as opened:

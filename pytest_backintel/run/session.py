@@ -155,14 +155,15 @@ class BenchSession:
     def item_python(
         self, store: ProvisionedStore, scenario: Scenario | None = None
     ) -> ItemPython | ScopedPython | None:
-        """Python for the item, when its store lives on disk for a sandbox to mount (a scoped
-        folder, its reads watched, when the scenario declares a scope)."""
-        if store.mount_path is None:
-            return None
-        if scenario is not None and scenario.scope is not None:  # no sandbox if not scopeable
+        """Python for the item: its store's file mounted when it lives on disk, and a query
+        channel to its own read-only sessions (a scoped folder, its reads watched, when the
+        scenario declares a scope)."""
+        if scenario is not None and scenario.scope is not None:
             files = self.dataset(scenario)[0]
-            return ScopedPython(self.sandboxes, files, scenario.scope) if scopeable(files) else None
-        return ItemPython(self.sandboxes, store.mount_path)
+            if scopeable(files):
+                return ScopedPython(self.sandboxes, files, scenario.scope, store.connect)
+            return ItemPython(self.sandboxes, None, store.connect)  # observed by its plans
+        return ItemPython(self.sandboxes, store.mount_path, store.connect)
 
     def provision(self, scenario: Scenario) -> ProvisionedStore:
         """The item's store (with the scope's denied grants withheld)."""
@@ -189,7 +190,7 @@ class BenchSession:
         if spec is None or files.sqlite_path is None:
             return None
         copy = permuted_copy(files.sqlite_path, spec, self.data_dir / "permuted", data_hash)
-        return evidence_runner(lambda: self.sandboxes)(copy)
+        return evidence_runner(lambda: self.sandboxes)(copy, None)
 
     @property
     def data_dir(self) -> Path:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.sandbox.base import WORKSPACE, store_inside
+from pytest_backintel.sandbox.base import WORKSPACE, channel_inside, store_inside
 from pytest_backintel.sandbox.limits import Limits
 
 __all__ = [
@@ -72,7 +72,15 @@ def python_paths() -> tuple[Path, Path, Path]:
 
 
 def sandbox_env(
-    limits: Limits, *, store: str | None, workspace: str, tmp: str, lib: str, site: str, path: str
+    limits: Limits,
+    *,
+    store: str | None,
+    workspace: str,
+    tmp: str,
+    lib: str,
+    site: str,
+    path: str,
+    query: str | None = None,
 ) -> dict[str, str]:
     """The whole environment of the payload: nothing of the host's passes through."""
     env = {
@@ -91,14 +99,17 @@ def sandbox_env(
     }
     if store is not None:
         env["BACKINTEL_STORE"] = store
+    if query is not None:
+        env["BACKINTEL_QUERY"] = query
     return env
 
 
-def isolated_env(limits: Limits, store: Path | None) -> dict[str, str]:
+def isolated_env(limits: Limits, store: Path | None, channel: Path | None = None) -> dict[str, str]:
     """`sandbox_env` for an isolating backend, with its fixed paths inside the sandbox."""
     return sandbox_env(
         limits,
         store=store_inside(store),
+        query=channel_inside(channel),
         workspace=WORKSPACE,
         tmp="/tmp",
         lib=LIB_INSIDE,

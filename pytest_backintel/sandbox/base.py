@@ -20,6 +20,8 @@ from pytest_backintel.sandbox.limits import LimitHit, Limits
 from stores.owner import mark_folder
 
 __all__ = [
+    "CHANNEL_DIR",
+    "CHANNEL_SOCKET",
     "STORE_DIR",
     "WORKSPACE",
     "ExecResult",
@@ -29,6 +31,7 @@ __all__ = [
     "SandboxPathError",
     "SandboxProvider",
     "SandboxUnavailable",
+    "channel_inside",
     "store_inside",
 ]
 
@@ -37,12 +40,22 @@ WORKSPACE = "/workspace"
 STORE_DIR = "/data/store"
 """The store is mounted read-only at STORE_DIR/<its file or folder name>."""
 
+CHANNEL_DIR = "/run/backintel-query"
+"""Where an isolating sandbox mounts the folder of the item's query channel, read-only."""
+CHANNEL_SOCKET = "query.sock"
+"""The channel's Unix socket in its folder (also in $BACKINTEL_QUERY)."""
+
 _MAX_READ = 16 * 1024 * 1024
 
 
 def store_inside(store: Path | None) -> str | None:
     """Where an isolating sandbox mounts `store`: STORE_DIR/<its name> (None: no store)."""
     return None if store is None else f"{STORE_DIR}/{store.name}"
+
+
+def channel_inside(channel: Path | None) -> str | None:
+    """The query channel's socket as an isolating sandbox sees it (None: no channel)."""
+    return None if channel is None else f"{CHANNEL_DIR}/{CHANNEL_SOCKET}"
 
 
 class SandboxError(Exception):
@@ -107,6 +120,11 @@ class Sandbox(ABC):
     @abstractmethod
     def store_path(self) -> str | None:
         """The store's path as code inside the sandbox sees it (also in $BACKINTEL_STORE)."""
+
+    @property
+    def query_path(self) -> str | None:
+        """The query channel's socket as code inside sees it (also in $BACKINTEL_QUERY)."""
+        return None
 
     @abstractmethod
     def _exec(self, cmd: str | Sequence[str], limits: Limits) -> ExecResult: ...
@@ -188,26 +206,50 @@ class SandboxRunner(Protocol):
     """What a `ProviderSandbox` runs through: one execution over a workspace and a store."""
 
     def run(
-        self, cmd: str | Sequence[str], *, workspace: Path, store: Path | None, limits: Limits
+        self,
+        cmd: str | Sequence[str],
+        *,
+        workspace: Path,
+        store: Path | None,
+        limits: Limits,
+        channel: Path | None = None,
     ) -> ExecResult: ...
 
 
 class ProviderSandbox(Sandbox):
-    """A sandbox whose every `exec` is one `provider.run` over the same workspace and store."""
+    """A sandbox whose every `exec` is one `provider.run` over the same workspace and store
+    (and query channel, when it has one)."""
 
     def __init__(
-        self, provider: SandboxRunner, workspace: Path, store: Path | None, limits: Limits
+        self,
+        provider: SandboxRunner,
+        workspace: Path,
+        store: Path | None,
+        limits: Limits,
+        channel: Path | None = None,
     ) -> None:
         super().__init__(workspace, limits)
         self._provider = provider
         self._store = store
+        self._channel = channel
 
     @property
     def store_path(self) -> str | None:
         return store_inside(self._store)
 
+    @property
+    def query_path(self) -> str | None:
+        """The query channel's socket as code inside sees it (also in $BACKINTEL_QUERY)."""
+        return channel_inside(self._channel)
+
     def _exec(self, cmd: str | Sequence[str], limits: Limits) -> ExecResult:
-        return self._provider.run(cmd, workspace=self.workspace, store=self._store, limits=limits)
+        if self._channel is None:  # a provider of before the channel takes no `channel`
+            return self._provider.run(
+                cmd, workspace=self.workspace, store=self._store, limits=limits
+            )
+        return self._provider.run(
+            cmd, workspace=self.workspace, store=self._store, limits=limits, channel=self._channel
+        )
 
 
 class SandboxProvider(ABC):
@@ -218,6 +260,9 @@ class SandboxProvider(ABC):
     """True when the backend does not isolate the file system or the network."""
     warning: ClassVar[str | None] = None
     """Text the harness prints in the pytest header and records in run.json when set."""
+    foreign_uid: ClassVar[bool] = False
+    """True when code inside runs as a host uid other than the harness's (docker), so a query
+    channel's socket must be connectable by any uid."""
 
     def __init__(self, workdir: Path | None = None, *, limits: Limits | None = None) -> None:
         self.workdir = workdir
@@ -249,11 +294,15 @@ class SandboxProvider(ABC):
         """Raise `SandboxUnavailable` saying what is missing."""
 
     @abstractmethod
-    def open(self, store_mount: Path | None, workdir: Path | None = None) -> Sandbox:
+    def open(
+        self, store_mount: Path | None, workdir: Path | None = None, channel: Path | None = None
+    ) -> Sandbox:
         """A fresh sandbox for one item with only `store_mount` mounted, read-only.
 
         The workspace is a new folder under `workdir` (default: the session folder), removed when
-        the sandbox closes.
+        the sandbox closes. `channel` is the host folder of the item's query channel
+        (`CHANNEL_SOCKET` in it), mounted read-only at `CHANNEL_DIR`; its socket's path inside
+        is $BACKINTEL_QUERY.
         """
 
     def _mount(self, store_mount: Path | None) -> Path | None:
@@ -262,6 +311,12 @@ class SandboxProvider(ABC):
         if store_mount is not None and not store_mount.exists():
             raise SandboxError(f"store to mount does not exist: {store_mount}")
         return store_mount.resolve() if store_mount is not None else None
+
+    def _channel(self, channel: Path | None) -> Path | None:
+        """`channel` resolved; raises when its socket does not exist."""
+        if channel is not None and not (channel / CHANNEL_SOCKET).exists():
+            raise SandboxError(f"query channel to mount has no socket: {channel}")
+        return channel.resolve() if channel is not None else None
 
     def _new_workspace(self, workdir: Path | None) -> Path:
         parent = workdir if workdir is not None else self.session_dir

@@ -3,7 +3,9 @@
 Each `exec` starts a fresh `bwrap` with every namespace unshared (so no network), the root built
 only from /usr (without /usr/local), the loader cache, a synthetic passwd/group, the harness's
 Python and the project's site-packages, all read-only; the item's workspace read-write at
-/workspace; the store read-only at /data/store/<name>; a small tmpfs /tmp. The payload runs as
+/workspace; the store read-only at /data/store/<name>; the query channel's folder read-only at
+/run/backintel-query (a Unix socket to the harness; the network stays unshared); a small tmpfs
+/tmp. The payload runs as
 uid 65534 inside, in its own pid namespace, so killing bwrap ends the whole tree.
 """
 
@@ -31,6 +33,7 @@ from pytest_backintel.sandbox._shipped import (
     write_shipped,
 )
 from pytest_backintel.sandbox.base import (
+    CHANNEL_DIR,
     WORKSPACE,
     ExecResult,
     ProviderSandbox,
@@ -73,6 +76,12 @@ def _root_args(base: Path, interpreter: Path, site: Path, shipped: Path) -> list
     args += ["--ro-bind", str(shipped / "lib"), LIB_INSIDE]
     args += ["--ro-bind", str(shipped / "bin"), BIN_INSIDE]
     return args
+
+
+def _channel_args(channel: Path | None) -> list[str]:
+    """The query channel's folder, read-only at CHANNEL_DIR (a socket connects through a
+    read-only mount; nothing can be created beside it)."""
+    return [] if channel is None else ["--ro-bind", str(channel), CHANNEL_DIR]
 
 
 def find_bwrap(name: str = "bwrap") -> str | None:
@@ -132,9 +141,11 @@ class BwrapProvider(SandboxProvider):
     def _root_base(self) -> list[str]:
         return _root_args(self._base, self._interpreter, self._site, self._shipped)
 
-    def open(self, store_mount: Path | None, workdir: Path | None = None) -> BwrapSandbox:
-        store = self._mount(store_mount)
-        return BwrapSandbox(self, self._new_workspace(workdir), store, self.limits)
+    def open(
+        self, store_mount: Path | None, workdir: Path | None = None, channel: Path | None = None
+    ) -> BwrapSandbox:
+        store, channel = self._mount(store_mount), self._channel(channel)
+        return BwrapSandbox(self, self._new_workspace(workdir), store, self.limits, channel)
 
     def argv(
         self,
@@ -144,6 +155,7 @@ class BwrapProvider(SandboxProvider):
         limits: Limits,
         status_fd: int,
         payload: Sequence[str] = (),
+        channel: Path | None = None,
     ) -> list[str]:
         """The full bwrap command line of one execution (empty payload: code on stdin)."""
         mount = store_inside(store)
@@ -156,8 +168,9 @@ class BwrapProvider(SandboxProvider):
         args += ["--bind", str(workspace), WORKSPACE]
         if store is not None and mount is not None:
             args += ["--ro-bind", str(store), mount]
+        args += _channel_args(channel)
         args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
-        for key, value in sorted(isolated_env(limits, store).items()):
+        for key, value in sorted(isolated_env(limits, store, channel).items()):
             args += ["--setenv", key, value]
         spec = launcher_spec(
             limits,
@@ -170,13 +183,24 @@ class BwrapProvider(SandboxProvider):
         return [*args, "--", *launcher, _json(spec)]
 
     def run(
-        self, cmd: str | Sequence[str], *, workspace: Path, store: Path | None, limits: Limits
+        self,
+        cmd: str | Sequence[str],
+        *,
+        workspace: Path,
+        store: Path | None,
+        limits: Limits,
+        channel: Path | None = None,
     ) -> ExecResult:
         """One execution in a fresh bwrap over `workspace`."""
         read_fd, write_fd = os.pipe()
         payload = () if isinstance(cmd, str) else tuple(cmd)
         argv = self.argv(
-            workspace=workspace, store=store, limits=limits, status_fd=write_fd, payload=payload
+            workspace=workspace,
+            store=store,
+            limits=limits,
+            status_fd=write_fd,
+            payload=payload,
+            channel=channel,
         )
         return run_confined(
             argv,

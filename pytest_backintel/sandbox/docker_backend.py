@@ -33,6 +33,7 @@ from pytest_backintel.sandbox._shipped import (
     write_shipped,
 )
 from pytest_backintel.sandbox.base import (
+    CHANNEL_DIR,
     STORE_DIR,
     WORKSPACE,
     ExecResult,
@@ -68,6 +69,7 @@ class DockerProvider(SandboxProvider):
     """Containers on a reachable local Docker engine."""
 
     name: ClassVar[str] = "docker"
+    foreign_uid: ClassVar[bool] = True
 
     def _check_available(self) -> None:
         docker = _docker_module()
@@ -92,13 +94,17 @@ class DockerProvider(SandboxProvider):
         self._base, self._interpreter, self._site = python_paths()
         self._shipped = write_shipped(self.session_dir / "shipped", self._interpreter)
 
-    def open(self, store_mount: Path | None, workdir: Path | None = None) -> DockerSandbox:
-        store = self._mount(store_mount)
+    def open(
+        self, store_mount: Path | None, workdir: Path | None = None, channel: Path | None = None
+    ) -> DockerSandbox:
+        store, channel = self._mount(store_mount), self._channel(channel)
         workspace = self._new_workspace(workdir)
         workspace.chmod(0o777)  # the container user (65534) writes here
-        return DockerSandbox(self, workspace, store, self.limits)
+        return DockerSandbox(self, workspace, store, self.limits, channel)
 
-    def _volumes(self, workspace: Path, store: Path | None, run_dir: Path) -> dict[str, Any]:
+    def _volumes(
+        self, workspace: Path, store: Path | None, run_dir: Path, channel: Path | None = None
+    ) -> dict[str, Any]:
         ro = "ro"
         volumes: dict[str, Any] = {
             str(self._base / "lib"): {"bind": str(self._base / "lib"), "mode": ro},
@@ -112,15 +118,23 @@ class DockerProvider(SandboxProvider):
         }
         if store is not None:
             volumes[str(store)] = {"bind": f"{STORE_DIR}/{store.name}", "mode": ro}
+        if channel is not None:  # the socket is connectable by the container's user (0o777)
+            volumes[str(channel)] = {"bind": CHANNEL_DIR, "mode": ro}
         return volumes
 
     def run(
-        self, cmd: str | Sequence[str], *, workspace: Path, store: Path | None, limits: Limits
+        self,
+        cmd: str | Sequence[str],
+        *,
+        workspace: Path,
+        store: Path | None,
+        limits: Limits,
+        channel: Path | None = None,
     ) -> ExecResult:
         run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=self.session_dir))
         run_dir.chmod(0o777)
         try:
-            return to_result(self._run(cmd, workspace, store, limits, run_dir), limits)
+            return to_result(self._run(cmd, workspace, store, limits, run_dir, channel), limits)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -131,6 +145,7 @@ class DockerProvider(SandboxProvider):
         store: Path | None,
         limits: Limits,
         run_dir: Path,
+        channel: Path | None = None,
     ) -> RawRun:
         if isinstance(cmd, str):
             (run_dir / "cell.py").write_text(cmd, encoding="utf-8")
@@ -152,7 +167,7 @@ class DockerProvider(SandboxProvider):
                 command=[*command, json.dumps(spec)],
                 user=f"{SANDBOX_UID}:{SANDBOX_GID}",
                 working_dir=WORKSPACE,
-                environment=isolated_env(limits, store),
+                environment=isolated_env(limits, store, channel),
                 network_mode="none",
                 read_only=True,
                 cap_drop=["ALL"],
@@ -162,7 +177,7 @@ class DockerProvider(SandboxProvider):
                 nano_cpus=limits.threads * 1_000_000_000,
                 pids_limit=limits.max_processes,
                 tmpfs={"/tmp": f"size={limits.tmp_size_mb}m"},
-                volumes=self._volumes(workspace, store, run_dir),
+                volumes=self._volumes(workspace, store, run_dir, channel),
                 detach=True,
             )
         except Exception as exc:

@@ -114,9 +114,15 @@ def run_python_evidence(
     *,
     limits: Limits | None = None,
     workdir: Path | None = None,
+    channel: Path | None = None,
 ) -> PythonEvidenceValues | PythonEvidenceError:
-    """Run `code` in a new sandbox over `store_mount` (closed afterwards) and parse its output."""
-    with provider.open(store_mount, workdir) as sandbox:
+    """Run `code` in a new sandbox over `store_mount` and the query channel in the `channel`
+    folder, when given (closed afterwards), and parse its output."""
+    if channel is not None:
+        opened = provider.open(store_mount, workdir, channel)
+    else:  # a provider of before the channel takes no `channel`
+        opened = provider.open(store_mount, workdir)
+    with opened as sandbox:
         result = sandbox.exec(code, limits=limits)
     if result.limit_hit is not None:
         return PythonEvidenceError("limit", f"stopped by the {result.limit_hit} limit", result)

@@ -21,7 +21,12 @@ from pytest_backintel.sandbox._shipped import (
     sandbox_env,
     write_shipped,
 )
-from pytest_backintel.sandbox.base import ExecResult, ProviderSandbox, SandboxProvider
+from pytest_backintel.sandbox.base import (
+    CHANNEL_SOCKET,
+    ExecResult,
+    ProviderSandbox,
+    SandboxProvider,
+)
 from pytest_backintel.sandbox.cgroup import RunCgroup
 from pytest_backintel.sandbox.limits import Limits
 
@@ -35,11 +40,15 @@ UNSAFE_WARNING = (
 
 
 class SubprocessSandbox(ProviderSandbox):
-    """The store and workspace are seen at their host paths."""
+    """The store, workspace and query channel are seen at their host paths."""
 
     @property
     def store_path(self) -> str | None:
         return None if self._store is None else str(self._store)
+
+    @property
+    def query_path(self) -> str | None:
+        return None if self._channel is None else str(self._channel / CHANNEL_SOCKET)
 
     @property
     def workspace_inside(self) -> str:
@@ -60,12 +69,20 @@ class SubprocessProvider(SandboxProvider):
         self._shipped = write_shipped(self.session_dir / "shipped", self._interpreter)
         self.cgroup_mode = RunCgroup.usable()
 
-    def open(self, store_mount: Path | None, workdir: Path | None = None) -> SubprocessSandbox:
-        store = self._mount(store_mount)
-        return SubprocessSandbox(self, self._new_workspace(workdir), store, self.limits)
+    def open(
+        self, store_mount: Path | None, workdir: Path | None = None, channel: Path | None = None
+    ) -> SubprocessSandbox:
+        store, channel = self._mount(store_mount), self._channel(channel)
+        return SubprocessSandbox(self, self._new_workspace(workdir), store, self.limits, channel)
 
     def run(
-        self, cmd: str | Sequence[str], *, workspace: Path, store: Path | None, limits: Limits
+        self,
+        cmd: str | Sequence[str],
+        *,
+        workspace: Path,
+        store: Path | None,
+        limits: Limits,
+        channel: Path | None = None,
     ) -> ExecResult:
         tmp = workspace / ".tmp"
         tmp.mkdir(exist_ok=True)
@@ -77,6 +94,7 @@ class SubprocessProvider(SandboxProvider):
             lib=str(self._shipped / "lib"),
             site=str(self._site),
             path=f"{self._shipped / 'bin'}:/usr/bin:/bin",
+            query=None if channel is None else str(channel / CHANNEL_SOCKET),
         )
         read_fd, write_fd = os.pipe()
         spec = launcher_spec(
