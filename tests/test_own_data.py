@@ -116,9 +116,9 @@ def test_the_tutorial_on_an_existing_postgres_database(
     scenario = load_scenario_file(folder / "scenarios" / "delivered-orders.scenario.yaml")
     source = user_source(scenario.dataset)
     assert source is not None
-    from stores.postgres_clone import PostgresCloneStore
+    from stores.postgres_source import PostgresSourceStore
 
-    clone = PostgresCloneStore(tmp_path / "w", shop_postgres)
+    clone = PostgresSourceStore(tmp_path / "w", shop_postgres)
     before = clone.source_fingerprint()
     item = clone.provision(source.ensure_built(tmp_path))
     try:
