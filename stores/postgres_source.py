@@ -56,13 +56,11 @@ from stores.base import (
 from stores.owner import Owner
 from stores.pg_conn import dsn_user, ident, redact, with_login
 from stores.pg_signature import content_hash, signature
-from stores.pg_sweep import sweep_stale
+from stores.pg_sweep import SOURCE_FILE, sweep_stale
 from stores.postgres import PostgresSession
 
 __all__ = ["SOURCE_FILE", "PostgresSourceStore", "ProvisionedPostgresSource", "scram_verifier"]
 
-SOURCE_FILE = "postgres-source.json"
-"""In the store's folder: the source's DSN without its password, for `backintel clean`."""
 DROP_WAIT_S = 10.0
 """How long a role's drop waits for its sessions' backends to exit."""
 _WRITES = """

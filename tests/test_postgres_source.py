@@ -449,3 +449,50 @@ def test_passwords_in_the_dsn_and_in_pgpassword_on_a_server_that_checks_them(
         assert admin_pw not in done.stdout + done.stderr
         assert reader_pw not in done.stdout + done.stderr
     assert settled(url, before) == before
+
+
+KILLED = """
+import os, sys, time
+from pathlib import Path
+from stores.base import DatasetFiles
+from stores.postgres_source import PostgresSourceStore
+
+store = PostgresSourceStore(Path(sys.argv[1]) / "stores" / "pg" / str(os.getpid()), sys.argv[2])
+store.setup_session()
+item = store.provision(DatasetFiles("src", parquet_dir=Path(sys.argv[1])))
+session = item.connect()
+print(item.role, flush=True)
+time.sleep(600)
+"""
+
+
+def test_after_kill_9_backintel_clean_drops_the_items_role(
+    tmp_path: Path, source: tuple[str, dict[str, Any]]
+) -> None:
+    """A process that made an item's role (and holds a session as it) is killed with
+    SIGKILL: its role stays, marked with its owner; `backintel clean` drops it, because the
+    store folder it left names the source's server and the role's comment names a process
+    that is gone. (On this shared server another run's session-start sweep may drop it
+    first, so what is checked is that it is gone after `backintel clean`.)"""
+    import signal
+    import sys
+
+    dsn, _ = source
+    data = tmp_path / "data"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED, str(data), dsn], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    role = proc.stdout.readline().strip()
+    assert role.startswith("bi_"), role
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    env = {**os.environ, "BACKINTEL_DATA_DIR": str(data)}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "backintel"), "clean"],
+        capture_output=True, text=True, env=env, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    # "dropped postgres <role>" unless another run's session-start sweep came first
+    assert (role,) not in catalog(dsn)["roles"]
+    assert not (data / "stores" / "pg").exists() or not any((data / "stores" / "pg").iterdir())
