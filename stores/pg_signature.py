@@ -15,11 +15,14 @@ last second of a trial is seen by the next check (the next item's provision comp
 content with the run's first, and the end of the run re-hashes without the cache). A rolled
 back write moves the counters but not the content: the hash is recomputed and is the same.
 
-Content hash (`content_hash`): every table's column names and types, its row count and, per
-row, the md5 of the row's text form (`t::text`, under fixed DateStyle, IntervalStyle,
-TimeZone, extra_float_digits and bytea_output), summed as two 64-bit halves into NUMERIC.
-The sum is order-independent, so PostgreSQL streams each table once, in bounded memory, with
-no sort (ordering 1.6 M rows by every column took 50 s; this takes one sequential scan).
+Content hash (`content_hash`): every table's column names and types, its row count and, over
+the rows' text forms (`t::text`, under fixed DateStyle, IntervalStyle, TimeZone,
+extra_float_digits and bytea_output), the NUMERIC sum of one 64-bit hash of each row
+(`hashtextextended`, seed 0) and the XOR of another (seed 1). Both aggregates are
+order-independent, so PostgreSQL streams each table once, in bounded memory, with no sort:
+1.6 M rows (95 MB) take 1.6 s here, where ordering them by every column took 50 s and an md5
+per row 3 s. A row's duplicate counts twice in the sum and cancels in the XOR; together with
+the count, a change goes unseen only if 128 bits of hashes collide.
 """
 
 from __future__ import annotations
@@ -96,9 +99,9 @@ def content_hash(conn: Any) -> str:
                 (f"{_q(schema)}.{_q(table)}",),
             ).fetchall()
             row = conn.execute(
-                "SELECT count(*), coalesce(sum(('x' || substr(h, 1, 16))::bit(64)::bigint::numeric)"
-                ", 0), coalesce(sum(('x' || substr(h, 17, 16))::bit(64)::bigint::numeric), 0) "
-                f"FROM (SELECT md5(t::text) AS h FROM {_q(schema)}.{_q(table)} AS t) AS rows"
+                "SELECT count(*), coalesce(sum(hashtextextended(r, 0)::numeric), 0), "
+                "coalesce(bit_xor(hashtextextended(r, 1)), 0) "
+                f"FROM (SELECT t::text AS r FROM {_q(schema)}.{_q(table)} AS t) AS rows"
             ).fetchone()
             digest.update(repr((schema, table, columns, [str(v) for v in row])).encode())
     finally:

@@ -196,9 +196,11 @@ class PostgresProbeStore(ProvisionedStore):
 
     def connect(self) -> PostgresProbeSession:
         args: tuple[Any, ...] = (self._plans, self._types, self._salt)
-        session = PostgresProbeSession(
-            self._item.session_dsn(), self.display_id, self._timeout_s, *args
-        )
+        dsn = self._item.session_dsn()
+        try:
+            session = PostgresProbeSession(dsn, self.display_id, self._timeout_s, *args)
+        except StoreError as exc:
+            raise StoreError(redact(str(exc), dsn)) from None
         self._sessions.append(session)
         return session
 

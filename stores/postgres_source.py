@@ -61,6 +61,9 @@ from stores.postgres import PostgresSession
 
 __all__ = ["SOURCE_FILE", "PostgresSourceStore", "ProvisionedPostgresSource", "scram_verifier"]
 
+_HASHES: dict[tuple[str, str], str] = {}
+"""Content hashes by (source, catalog signature), shared by this process's stores of a
+source (`backintel references build` and a run's data hash read it once)."""
 DROP_WAIT_S = 10.0
 """How long a role's drop waits for its sessions' backends to exit."""
 _WRITES = """
@@ -161,7 +164,6 @@ class PostgresSourceStore(Store):
         self._token = secrets.token_hex(4)
         self._conn: Any = None
         self._lock = threading.RLock()
-        self._hashes: dict[str, str] = {}
         self._first: str | None = None
         self._mode: str | None = None
         self._made: set[str] = set()
@@ -273,9 +275,10 @@ class PostgresSourceStore(Store):
             try:
                 conn = self._admin()
                 relations, key = signature(conn)
-                content = self._hashes.get(key)
+                cached = (self.where, key)
+                content = _HASHES.get(cached)
                 if content is None:
-                    content = self._hashes[key] = content_hash(conn)
+                    content = _HASHES[cached] = content_hash(conn)
             except psycopg.Error as exc:
                 why = redact(str(exc).strip(), self.source_dsn)
                 raise StoreError(
@@ -379,7 +382,7 @@ class PostgresSourceStore(Store):
             with contextlib.suppress(StoreError):
                 self.drop_role(role)
         with self._lock:
-            first, self._hashes = self._first, {}
+            first = self._first
             if first is not None and self._served:
                 with contextlib.suppress(Exception):
                     now = content_hash(self._admin())

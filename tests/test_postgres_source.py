@@ -308,6 +308,11 @@ def test_a_write_to_the_source_during_a_trial_is_an_infra_error_naming_it(
     lines = (folder / "results" / "w" / "records.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["outcome"] for r in records] == ["infra_error", "infra_error"], run.stdout[-3000:]
+    summary = json.loads((folder / "results" / "w" / "run.json").read_text())
+    (change,) = summary["source_changes"]  # the end of the run hashed the source again
+    assert "pgsrc_" in change, change
+    assert change in summary["warnings"]
+    assert f"backintel: WARNING: {change}" in run.stdout
     for record in records:
         reasons = " ".join(r["message"] for r in record["reasons"])
         assert "changed during the" in reasons, reasons  # the trial, or the run
