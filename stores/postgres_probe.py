@@ -1,22 +1,26 @@
 """A perturbed PostgreSQL source without a copy: TEMPORARY views per probe session.
 
-Each probe session logs in as its probe's SELECT-only role (`stores.postgres_source`) and, in
-one read-write transaction (the role can write nothing but its own temporary objects),
-creates in its own `pg_temp` schema one view per planned table of `public`, under the table's
-name. PostgreSQL searches `pg_temp` first for relations, so every unqualified name in a query
-reads the view. A view keeps the table's columns in order; it drops the rows whose entity key
-hashes into one bucket of `DROP_ONE_IN` (`hashtextextended`, seeded by the salt), the rows
-whose foreign key points at a dropped row (a semi-join on the parent's view, views created
-parents first) and scales numeric columns (NUMERIC/DECIMAL keep their scale, REAL and DOUBLE
-their type) by a factor between 1.0625 and 1.5 that varies with the value. Then the session
-is read-only again; building it reads no data, so it costs the same at 1 MB and at 10 GB.
+Each probe session logs in as its probe's SELECT-only role (`stores.postgres_source`) and,
+in one read-write transaction (the role can write nothing but its own temporary objects),
+creates in its own `pg_temp` schema one view per planned table of `public`, under the
+table's name. PostgreSQL searches `pg_temp` first for relations, so every unqualified name
+in a query reads the view. A view keeps the table's columns in order; it drops the rows
+whose entity key hashes into one bucket of `DROP_ONE_IN` (`hashtextextended`, seeded by the
+salt), the rows whose foreign key points at a dropped row (a semi-join on the parent's view,
+views created parents first) and scales numeric columns (NUMERIC/DECIMAL keep their scale,
+REAL and DOUBLE their type) by a factor between 1.0625 and 1.5 that varies with the value.
+Then the session is read-only again; building it reads no data, so it costs the same at 1 MB
+and at 10 GB.
 
-A schema-qualified name (`public."Invoice"`), or a view of the source's own, would read the
-table past the probe: before each statement runs, its plan (`EXPLAIN (VERBOSE)`, views
-expanded) must scan every relation outside `pg_catalog`/`information_schema` through this
-session's views (their scans carry an alias with a per-session random token), otherwise the
-statement is refused, naming the table. The views vanish with the session (PostgreSQL drops
-temporary objects when a session ends, also after a crash of the client).
+The source's own views and materialised views of `public` are recreated after them, as
+temporary views from their definitions (unqualified names, so they read the probe's views;
+one that cannot be recreated is left out). A schema-qualified name (`public."Invoice"`), or
+a view left out, would read the table past the probe: before each statement runs, its plan
+(`EXPLAIN (VERBOSE)`, views expanded) must scan every relation outside
+`pg_catalog`/`information_schema` through this session's views (their scans carry an alias
+with a per-session random token), otherwise the statement is refused, naming the table. The
+views vanish with the session (PostgreSQL drops temporary objects when a session ends, also
+after a crash of the client).
 """
 
 from __future__ import annotations
@@ -128,6 +132,7 @@ class PostgresProbeSession(PostgresSession):
         plans: dict[str, TablePlan],
         types: dict[str, dict[str, str]],
         salt: int,
+        views: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
     ) -> None:
         super().__init__(dsn, where, timeout_s)
         adbc = adbc_module()
@@ -137,6 +142,12 @@ class PostgresProbeSession(PostgresSession):
                 cur.execute("SET TRANSACTION READ WRITE")  # temporary objects only: no grant
                 for statement in view_statements(plans, types, salt, self._token):
                     cur.execute(statement)
+                for name, body in views:  # the source's own views, over the probe's
+                    cur.execute("SAVEPOINT bi_view")
+                    try:
+                        cur.execute(f"CREATE TEMP VIEW {ident(name)} AS {body.rstrip(' ;')}")
+                    except adbc.Error:  # then a read through it is refused, named
+                        cur.execute("ROLLBACK TO SAVEPOINT bi_view")
             self._conn.commit()
         except adbc.Error as exc:
             self.close()
@@ -185,8 +196,10 @@ class PostgresProbeStore(ProvisionedStore):
         types: dict[str, dict[str, str]],
         salt: int,
         timeout_s: float,
+        views: list[tuple[str, str]] | None = None,
     ) -> None:
         self._item = item
+        self._views = list(views or [])
         self.store_id = item.store_id
         self._plans = plans
         self._types = types
@@ -195,7 +208,7 @@ class PostgresProbeStore(ProvisionedStore):
         self._sessions: list[PostgresProbeSession] = []
 
     def connect(self) -> PostgresProbeSession:
-        args: tuple[Any, ...] = (self._plans, self._types, self._salt)
+        args: tuple[Any, ...] = (self._plans, self._types, self._salt, self._views)
         dsn = self._item.session_dsn()
         try:
             session = PostgresProbeSession(dsn, self.display_id, self._timeout_s, *args)

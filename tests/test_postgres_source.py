@@ -38,6 +38,7 @@ DDL = [
     'NOT NULL REFERENCES "Invoice" ("InvoiceId"), "UnitPrice" numeric(10,2) NOT NULL, '
     '"Quantity" integer NOT NULL)',
     'CREATE TABLE "Note" ("Body" text NOT NULL)',  # no key at all: a probe gap, named
+    """CREATE VIEW "UsaInvoice" AS SELECT * FROM "Invoice" WHERE "BillingCountry" = 'USA'""",
 ]
 SCENARIOS = {
     "usa-invoices": (
@@ -218,8 +219,9 @@ def test_hidden_literals_are_unsupported_through_the_probe_views(
 ) -> None:
     """`SELECT 91 AS m FROM "Invoice" LIMIT 1` and `SELECT MAX(469.58) AS m FROM "Invoice"`
     (with the true values) reproduce on the source but not on its probes; a schema-qualified
-    name is refused on the probe, naming the table; the honest queries pass; the unkeyed
-    `Note` table is the one probe gap."""
+    name is refused on the probe, naming the table; the honest queries pass, also through a
+    view of the source's own (recreated over the probe's views); the unkeyed `Note` table is
+    the one probe gap."""
     dsn, truth = source
     monkeypatch.setenv("SRC_DSN", dsn)
     folder = project(tmp_path / "p", {"postgres": "SRC_DSN"})
@@ -251,6 +253,10 @@ def test_hidden_literals_are_unsupported_through_the_probe_views(
             got = score(sid, code)
             assert got["outcome"] == "unsupported_evidence", (code, got)
             assert "does not follow the data" in got["reasons"][0], got["reasons"]
+    through_view = 'SELECT COUNT(*) AS m FROM "UsaInvoice"'  # the source's own view
+    assert score("usa-invoices", through_view)["outcome"] == "pass"
+    got = score("usa-invoices", f'SELECT {truth["usa-invoices"]} AS m FROM "UsaInvoice" LIMIT 1')
+    assert got["outcome"] == "unsupported_evidence", got
     for spelled in ('public."Invoice"', '"public"."Invoice"', 'PUBLIC."Invoice"'):
         qualified = SCENARIOS["usa-invoices"][3].replace('"Invoice"', spelled)
         got = score("usa-invoices", qualified)

@@ -1,12 +1,14 @@
-"""The data probe of a PostgreSQL source as temporary views (`stores.postgres_probe`),
-planned from the PostgreSQL catalog by the generic planner (`perturb_views.plan_tables`).
+"""The data probe of a PostgreSQL source as temporary views (`stores.postgres_probe`), planned
+from the PostgreSQL catalog by the generic planner (`perturb_views.plan_tables`).
 
 The tables are the base and partitioned tables of schema `public` (partitions are read
-through their parent); declared primary and foreign keys come from `pg_constraint`
-(`stores.schema_keys.postgres_declared_keys`); column types from `format_type`, so NUMERIC,
-DECIMAL, REAL and DOUBLE PRECISION columns outside keys are rescaled. Uniqueness of a
-candidate key and the row-count floor are asked of PostgreSQL (bounded memory). The plan is
-read once per probe build as the DSN's user; each salt's probe gets its own SELECT-only role.
+through their parent); the source's own views and materialised views of `public` are
+recreated over the probe's views from their definitions; declared primary and foreign keys
+come from `pg_constraint` (`stores.schema_keys.postgres_declared_keys`); column types from
+`format_type`, so NUMERIC, DECIMAL, REAL and DOUBLE PRECISION columns outside keys are
+rescaled. Uniqueness of a candidate key and the row-count floor are asked of PostgreSQL
+(bounded memory). The plan is read once per probe build as the DSN's user; each salt's probe
+gets its own SELECT-only role.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from stores.postgres_source import PostgresSourceStore
 from stores.schema_keys import DeclaredKeys, postgres_declared_keys
 from stores.sqlite_probe import TablePlan
 
-__all__ = ["POSTGRES_VIEWS", "PgCatalog", "pg_column_types", "pg_plan", "pg_view_probe_kind"]
+__all__ = [
+    "POSTGRES_VIEWS",
+    "PgCatalog",
+    "pg_column_types",
+    "pg_plan",
+    "pg_view_probe_kind",
+    "pg_views",
+]
 
 _TABLES = """
 SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -34,6 +43,20 @@ JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY 1, a.attnum
 """
+
+
+_VIEWS = """
+SELECT c.relname::text, pg_get_viewdef(c.oid) FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND c.relkind IN ('v', 'm') ORDER BY c.oid
+"""
+
+
+def pg_views(conn: Any) -> list[tuple[str, str]]:
+    """(name, definition) of the views and materialised views of `public`, oldest first,
+    their definitions written for a `search_path` of `public` (so their table names are
+    unqualified and, recreated in a probe session, read the probe's views)."""
+    return [(str(name), str(body)) for name, body in conn.execute(_VIEWS).fetchall()]
 
 
 def pg_column_types(conn: Any) -> dict[str, dict[str, str]]:
@@ -91,9 +114,9 @@ def pg_view_probe(
     read temporary views over the source. Python evidence has no file to mount on it."""
     assert isinstance(store, PostgresSourceStore)
     with _connect(store) as conn:
-        types = pg_column_types(conn)
+        types, views = pg_column_types(conn), pg_views(conn)
     item = store.provision(files)
-    return PostgresProbeStore(item, plan, types, salt, store.statement_timeout_s)
+    return PostgresProbeStore(item, plan, types, salt, store.statement_timeout_s, views)
 
 
 POSTGRES_VIEWS = ViewProbeKind(pg_plan, pg_view_probe)
