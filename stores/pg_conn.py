@@ -20,6 +20,7 @@ __all__ = [
     "redact",
     "with_db",
     "with_login",
+    "without_password",
 ]
 
 REFUSED_STATES = {"42501", "25006", "0A000"}
@@ -102,6 +103,19 @@ def with_login(
         auth += ":" + quote(password, safe="")
     netloc = f"{auth}@{host}"
     return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, quote_via=quote), ""))
+
+
+def without_password(dsn: str) -> str:
+    """The DSN with no password in it (libpq then finds one in `PGPASSWORD`, `.pgpass`)."""
+    parts = urlsplit(dsn)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}@{host}"
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"]
+    return urlunsplit(
+        (parts.scheme, netloc, parts.path, urlencode(query, quote_via=quote), parts.fragment)
+    )
 
 
 def redact(text: str, *dsns: str) -> str:

@@ -6,14 +6,18 @@ relation of the database outside the system and temporary schemas, its schema, n
 `relfilenode` and columns (name, type, typmod), and for every table its
 `n_tup_ins`/`n_tup_upd`/`n_tup_del` from `pg_stat_all_tables`. The catalog part is
 transactional and exact: DDL, TRUNCATE, VACUUM FULL or CLUSTER move it at commit. The write
-counters are not: a backend publishes them when its transaction has ended and it is idle,
-at most about once a second (PG 15's shared-memory statistics), so a committed INSERT,
-UPDATE or DELETE reaches the signature up to ~1 s later. `pg_stat_force_next_flush()` cannot
-help: it flushes only the calling backend's counters, never the writer's. Hence the signature
-is only the key of the content-hash cache, never proof of sameness by itself: a write in the
-last second of a trial is seen by the next check (the next item's provision compares the
-content with the run's first, and the end of the run re-hashes without the cache). A rolled
-back write moves the counters but not the content: the hash is recomputed and is the same.
+counters are not: a backend publishes them to shared memory when it goes idle after its
+transaction, at most once a second; one that published less than a second before waits for
+its idle timeout (PGSTAT_IDLE_INTERVAL, 10 s), and one that ends publishes at once (PG 15's
+shared-memory statistics). So a committed INSERT, UPDATE or DELETE reaches the signature
+between at once and ~10 s later. `pg_stat_force_next_flush()` cannot help: it flushes only
+the calling backend's counters, never the writer's; a transaction-id or WAL position signal
+would be exact but is cluster-wide, so every write to any other database would force a
+re-hash. Hence the signature is only the key of the content-hash cache, never proof of
+sameness by itself, and a write the lag hides from one trial's check is caught later: each
+new item compares the content with the run's first read (`stores.postgres_source`) and the
+end of the run hashes it again without the cache. A rolled back write moves the counters but
+not the content: the hash is recomputed and is the same.
 
 Content hash (`content_hash`): every table's column names and types, its row count and, over
 the rows' text forms (`t::text`, under fixed DateStyle, IntervalStyle, TimeZone,
@@ -71,7 +75,7 @@ def _q(name: str) -> str:
 
 def signature(conn: Any) -> tuple[str, str]:
     """(catalog part, whole signature) over an autocommit psycopg connection (see the module
-    docstring): the catalog part is exact, the whole one lags writes by up to ~1 s."""
+    docstring): the catalog part is exact, the whole one lags committed writes by up to ~10 s."""
     relations = hashlib.sha256(repr(conn.execute(_RELATIONS).fetchall()).encode()).hexdigest()
     counters = repr(conn.execute(_COUNTERS).fetchall())
     return relations, hashlib.sha256(f"{relations}\0{counters}".encode()).hexdigest()

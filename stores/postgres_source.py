@@ -54,7 +54,7 @@ from stores.base import (
     new_store_id,
 )
 from stores.owner import Owner
-from stores.pg_conn import dsn_user, ident, redact, with_login
+from stores.pg_conn import dsn_user, ident, redact, with_login, without_password
 from stores.pg_signature import content_hash, signature
 from stores.pg_sweep import SOURCE_FILE, sweep_stale
 from stores.postgres import PostgresSession
@@ -209,7 +209,7 @@ class PostgresSourceStore(Store):
 
     def setup_session(self) -> None:
         super().setup_session()
-        plain = redact(self.source_dsn, self.source_dsn).replace(":***@", "@")
+        plain = without_password(self.source_dsn)
         (self.workdir / SOURCE_FILE).write_text(json.dumps({"dsn": plain}))
         with contextlib.suppress(Exception):  # a user who may not drop roles sweeps nothing
             sweep_stale(self.source_dsn)

@@ -507,3 +507,36 @@ def test_after_kill_9_backintel_clean_drops_the_items_role(
     # "dropped postgres <role>" unless another run's session-start sweep came first
     assert (role,) not in catalog(dsn)["roles"]
     assert not (data / "stores" / "pg").exists() or not any((data / "stores" / "pg").iterdir())
+
+
+def test_the_signature_keys_the_content_hash_and_a_rolled_back_write_changes_nothing(
+    tmp_path: Path, source: tuple[str, dict[str, Any]]
+) -> None:
+    """Per check, only the catalog signature is read; a committed write moves the write
+    counters (once the writer publishes them: at once when its session ends, else within 1
+    to 10 s), so the content is hashed again and differs; a rolled back write moves the
+    counters too, but the content hash, recomputed, is the same."""
+    import psycopg
+
+    from stores import pg_signature
+    from stores.postgres_source import PostgresSourceStore
+
+    dsn, _ = source
+    store = PostgresSourceStore(tmp_path / "w", dsn)
+    first = store.fingerprint()
+    with psycopg.connect(dsn, autocommit=True) as other:
+        signed = pg_signature.signature(other)[1]
+        with other.transaction(force_rollback=True):
+            other.execute("""INSERT INTO "Note" VALUES ('never committed')""")
+        deadline = time.monotonic() + 5
+        while pg_signature.signature(other)[1] == signed and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pg_signature.signature(other)[1] != signed  # the counters moved
+        assert store.fingerprint() == first  # the content did not
+        other.execute("""UPDATE "Invoice" SET "Total" = "Total" + 1 WHERE "InvoiceId" = 7""")
+        deadline = time.monotonic() + 15  # a backend that published < 1 s ago waits 10 s
+        while (after := store.fingerprint()) == first and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert after.logical != first.logical
+    assert after.physical != first.physical
+    store.teardown_session()
