@@ -540,3 +540,54 @@ def test_the_signature_keys_the_content_hash_and_a_rolled_back_write_changes_not
     assert after.logical != first.logical
     assert after.physical != first.physical
     store.teardown_session()
+
+
+def test_probe_views_drop_rows_by_key_keep_foreign_keys_and_need_temporary(
+    tmp_path: Path, source: tuple[str, dict[str, Any]]
+) -> None:
+    """The probe's views, read directly: about one invoice in four is gone, no invoice
+    points at a dropped customer, totals moved but keep two decimals, the source is not read
+    past them; and a role without TEMPORARY on the database gets a message saying so."""
+    import psycopg
+
+    from pytest_backintel.evidence.perturb_views_pg import pg_plan, pg_view_probe
+    from stores.postgres_source import PostgresSourceStore
+
+    dsn, _ = source
+    files = DatasetFiles("src", parquet_dir=tmp_path / "none")
+    store = PostgresSourceStore(tmp_path / "w", dsn)
+    plans, notes = pg_plan(store, files)
+    assert plans["Invoice"].key == ["InvoiceId"]
+    assert plans["Invoice"].parents == [(["CustomerId"], "Customer", ["CustomerId"])]
+    assert plans["Invoice"].scale == ["Total"]
+    assert [n.split(":")[0] for n in notes] == ["table 'Note' keeps every row"]
+    probe = pg_view_probe(store, files, tmp_path, 1, None, plans, notes)
+    try:
+        with probe.connect() as session:
+            ((count, orphans, cents),) = session.run_sql(
+                'SELECT COUNT(*), (SELECT COUNT(*) FROM "Invoice" i WHERE NOT EXISTS (SELECT 1 '
+                'FROM "Customer" c WHERE c."CustomerId" = i."CustomerId")), '
+                'MAX(scale("Total")) FROM "Invoice"'
+            ).rows
+            assert 412 * 0.5 < count < 412 * 0.9
+            assert (orphans, cents) == (0, 2)
+            with pytest.raises(QueryError, match=r"public\.Customer is read past"):
+                session.run_sql('SELECT COUNT(*) FROM public."Customer"')
+    finally:
+        probe.teardown()
+    name = dsn.rsplit("/", 1)[1]
+    role = f"reader_{secrets.token_hex(3)}"
+    with psycopg.connect(dsn, autocommit=True) as con:
+        con.execute(f'CREATE ROLE "{role}" LOGIN IN ROLE pg_read_all_data')
+        con.execute(f'REVOKE TEMPORARY ON DATABASE "{name}" FROM PUBLIC')
+    try:
+        named = PostgresSourceStore(tmp_path / "n", dsn, role)
+        probe = pg_view_probe(named, files, tmp_path, 1, None, plans, notes)
+        with pytest.raises(StoreError, match="may not create temporary objects"):
+            probe.connect()
+        probe.teardown()
+        named.teardown_session()
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as con:
+            con.execute(f'DROP ROLE "{role}"')
+    store.teardown_session()
