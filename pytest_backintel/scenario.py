@@ -216,7 +216,12 @@ class DatasetBinding(_Strict):
     """A folder of `<table>.csv` files (header row; types detected, or pinned by `_schema.json`)."""
     postgres: str | None = Field(default=None, min_length=1)
     """An existing PostgreSQL database: a `postgresql://` DSN, or the name of an environment
-    variable holding one. Each item gets a clone (`CREATE DATABASE ... TEMPLATE`)."""
+    variable holding one. Used in place: each item logs in as a SELECT-only role (one the
+    harness creates per item when the DSN's user may create roles, else `role`)."""
+    role: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+    """With `postgres`: a read-only role of yours that analyst sessions log in as; the
+    harness then creates no role. Its password: the DSN's when the DSN logs in as it, else
+    libpq's (`PGPASSWORD`, `~/.pgpass`, `PGPASSFILE`)."""
     _base_dir: Path | None = PrivateAttr(default=None)
     _source_dir: Path | None = PrivateAttr(default=None)
 
@@ -233,6 +238,8 @@ class DatasetBinding(_Strict):
             raise ValueError(f"bind one source, not {len(given)}: {', '.join(given)}")
         if not given and not self.world:
             raise ValueError(f"bind a `world` or one source: {', '.join(SOURCE_KINDS)}")
+        if self.role is not None and given != ["postgres"]:
+            raise ValueError("`role` goes with a `postgres` source only")
         if given and not self.world:
             stem = re.sub(r"[^a-z0-9_.-]+", "-", self.source_name.lower()).strip("-.") or "data"
             object.__setattr__(self, "world", f"{given[0]}-{stem}")

@@ -4,12 +4,24 @@ ADBC errors as store errors."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from stores.base import QueryError, QueryRefused, QueryTimeout
 
-__all__ = ["REFUSED_STATES", "adbc_module", "ident", "query_error", "with_db"]
+__all__ = [
+    "REFUSED_STATES",
+    "adbc_module",
+    "dsn_password",
+    "dsn_user",
+    "ident",
+    "query_error",
+    "redact",
+    "with_db",
+    "with_login",
+    "without_password",
+]
 
 REFUSED_STATES = {"42501", "25006", "0A000"}
 
@@ -42,3 +54,81 @@ def query_error(exc: Exception, where: str, timeout_s: float) -> QueryError:
     if state in REFUSED_STATES or (state == "42601" and "multiple commands" in str(exc)):
         return QueryRefused(f"refused, this store is read-only for the analyst: {text}")
     return QueryError(text)
+
+
+def dsn_user(dsn: str) -> str | None:
+    """The user a `postgresql://` DSN names (None: libpq's default, the OS user)."""
+    parts = urlsplit(dsn)
+    if "@" not in parts.netloc:
+        return _query_value(dsn, "user")
+    return unquote(parts.netloc.rsplit("@", 1)[0].split(":", 1)[0]) or None
+
+
+def dsn_password(dsn: str) -> str | None:
+    """The password written in a DSN (in its user part or as `password=`), if any."""
+    parts = urlsplit(dsn)
+    userinfo = parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else ""
+    if ":" in userinfo:
+        return unquote(userinfo.split(":", 1)[1])
+    return _query_value(dsn, "password")
+
+
+def _query_value(dsn: str, key: str) -> str | None:
+    values = [v for k, v in parse_qsl(urlsplit(dsn).query, keep_blank_values=True) if k == key]
+    return values[-1] if values else None
+
+
+def with_login(
+    dsn: str, user: str, password: str | None = None, options: dict[str, str] | None = None
+) -> str:
+    """The DSN logging in as `user` (with `password` when given; the DSN's own password only
+    when its user is `user`), every other parameter (host, port, database, `sslmode`,
+    `sslrootcert`, ...) kept, and libpq `options` (`-c name=value`) added."""
+    parts = urlsplit(dsn)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    if password is None and dsn_user(dsn) == user:
+        password = dsn_password(dsn)
+    query = [
+        (k, v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if k not in ("user", "password", "options")
+    ]
+    if password is not None and "@" not in parts.netloc:
+        query.append(("password", password))
+    settings = " ".join(f"-c {k}={v}" for k, v in (options or {}).items())
+    if settings:
+        query.append(("options", settings))
+    auth = quote(user, safe="")
+    if password is not None and "@" in parts.netloc:
+        auth += ":" + quote(password, safe="")
+    netloc = f"{auth}@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, quote_via=quote), ""))
+
+
+def without_password(dsn: str) -> str:
+    """The DSN with no password in it (libpq then finds one in `PGPASSWORD`, `.pgpass`)."""
+    parts = urlsplit(dsn)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}@{host}"
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"]
+    return urlunsplit(
+        (parts.scheme, netloc, parts.path, urlencode(query, quote_via=quote), parts.fragment)
+    )
+
+
+def redact(text: str, *dsns: str) -> str:
+    """`text` with every password of `dsns` (and any `user:password@` or `password=` in a
+    DSN written in it) replaced by `***`: for errors, records and run.json."""
+    for dsn in dsns:
+        secret = dsn_password(dsn)
+        if secret:
+            text = text.replace(secret, "***")
+            text = text.replace(quote(secret, safe=""), "***")
+    text = _URL_PASSWORD.sub(r"\1***@", text)
+    return _KV_PASSWORD.sub(r"\1***", text)
+
+
+_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@")
+_KV_PASSWORD = re.compile(r"(password=)[^&\s]*", re.IGNORECASE)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from stores.owner import Owner
 
-__all__ = ["sweep_stale"]
+__all__ = ["SOURCE_FILE", "sweep_stale"]
+
+SOURCE_FILE = "postgres-source.json"
+"""In a store folder serving a PostgreSQL source of your own: its DSN without the password
+(`{"dsn": ...}`), so `backintel clean` can sweep that server after a crash (libpq finds the
+password in `PGPASSWORD`, `~/.pgpass` or `PGPASSFILE`)."""
 
 
 def _ident(name: str) -> str:

@@ -116,11 +116,11 @@ def test_the_tutorial_on_an_existing_postgres_database(
     scenario = load_scenario_file(folder / "scenarios" / "delivered-orders.scenario.yaml")
     source = user_source(scenario.dataset)
     assert source is not None
-    from stores.postgres_clone import PostgresCloneStore
+    from stores.postgres_source import PostgresSourceStore
 
-    clone = PostgresCloneStore(tmp_path / "w", shop_postgres)
-    before = clone.source_fingerprint()
-    item = clone.provision(source.ensure_built(tmp_path))
+    source_store = PostgresSourceStore(tmp_path / "w", shop_postgres)
+    before = source_store.source_fingerprint()
+    item = source_store.provision(source.ensure_built(tmp_path))
     try:
         with item.connect() as session:
             info = session.describe_table("orders")
@@ -142,7 +142,8 @@ def test_the_tutorial_on_an_existing_postgres_database(
     perturbed = pytest_run(folder, "--analyst", "perturbed", "--run-id", "pg-perturbed")
     assert {outcomes(folder, "pg-perturbed")[s] for s in ANSWERABLE} == {"wrong_value"}
     assert perturbed.returncode == 1
-    assert clone.source_fingerprint() == before  # the source was never written
+    assert source_store.source_fingerprint() == before  # the source was never written
+    source_store.teardown_session()
 
 
 # -- files and folders -----------------------------------------------------------------------

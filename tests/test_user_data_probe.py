@@ -119,6 +119,7 @@ def test_a_literal_hidden_over_a_real_table_is_caught_on_every_source_kind(
         scenario = f"scenarios/{case}.scenario.yaml"
         honest_file = answer_file(folder, case, False)
         honest = backintel(folder, "score", "--scenario", scenario, honest_file)
+        assert honest.stdout, honest.stderr[-3000:]
         assert json.loads(honest.stdout)["outcome"] == "pass", honest.stdout + honest.stderr
         hidden = backintel(folder, "score", "--scenario", scenario, answer_file(folder, case, True))
         score = json.loads(hidden.stdout)

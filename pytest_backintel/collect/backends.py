@@ -121,6 +121,9 @@ class StoreBackends:
     def __init__(self, data_dir: Callable[[], Path]) -> None:
         self._data_dir = data_dir
         self._stores: dict[str, Store] = {}
+        self.changes: list[str] = []
+        """What a source of your own found changed at the end of the run (`teardown`): a
+        server database is hashed again there, without its per-trial cache."""
 
     def get(self, spec: str) -> Store:
         if spec not in self._stores:
@@ -153,6 +156,7 @@ class StoreBackends:
         unused = []
         for store in stores.values():
             store.teardown_session()
+            self.changes += getattr(store, "changes", [])
             _WORKDIRS_IN_USE[store.workdir] -= 1
             if _WORKDIRS_IN_USE[store.workdir] <= 0:
                 del _WORKDIRS_IN_USE[store.workdir]

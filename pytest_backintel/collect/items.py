@@ -17,6 +17,7 @@ from pytest_backintel.collect.suites import own_suite
 from pytest_backintel.collect.user_data import check_world
 from pytest_backintel.options import BenchOptions
 from pytest_backintel.scenario import Scenario
+from stores.pg_conn import redact
 
 __all__ = [
     "RUNNER_KEY",
@@ -192,7 +193,8 @@ def binding_lines(items: list[Any], default_store: str) -> list[str]:
         if not isinstance(item, ScenarioItem) or scenario is None:
             continue
         binding = scenario.dataset
-        where = f"{binding.source_kind} {binding.source}" if binding.source_kind else "world"
+        shown = redact(binding.source or "")
+        where = f"{binding.source_kind} {shown}" if binding.source_kind else "world"
         seen.setdefault(
             f"{binding.world}: {where}", store_spec(scenario, default_store).split(":", 1)[0]
         )

@@ -44,6 +44,7 @@ from pytest_backintel.evidence.dialects import translate
 from pytest_backintel.scenario import MetricKind, Scenario
 from pytest_backintel.tolerance import compare_metric
 from stores.base import ProvisionedStore
+from stores.pg_conn import redact
 
 __all__ = [
     "ReferenceBuildError",
@@ -219,7 +220,7 @@ def compute_entry(path: Path, scenario: Scenario, root: Path) -> dict[str, Any]:
     return {
         "version": scenario.version,
         "file": path.name,
-        "dataset": f"{source.kind}:{scenario.dataset.source}",
+        "dataset": f"{source.kind}:{redact(scenario.dataset.source or '')}",
         "data_hash": data_hash,
         "spec": spec_of(scenario),
         "computed_by": next(iter(found)),

@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from stores.pg_conn import redact
+
 __all__ = [
     "SHARED",
     "SUITE_FILE",
@@ -237,6 +239,8 @@ def rebound() -> dict[str, str]:
         ((kind, source),) = binding.items()
         if kind != "postgres":
             source = str((base / Path(source).expanduser()).resolve())
+        else:
+            source = redact(source, source)
         out[alias] = f"{kind}:{source}"
     return out
 

@@ -3,11 +3,13 @@ existing PostgreSQL database, bound in a scenario file (`dataset: {sqlite: shop.
 
 Nothing is converted: each item gets the source as it is under an opaque name of its own (a
 SQLite file in place, through a per-item link, `stores.sqlite_source`; a folder copy served as
-DuckDB views; a PostgreSQL clone by `CREATE DATABASE ... TEMPLATE`), read-only for the analyst
-and fingerprinted before and after like every store. A binding runs on its native
-backend; `--store` may pick another backend only where that one serves the source losslessly
-(`LOSSLESS`), otherwise the run stops with one usage error. References come from the lock file
-beside the scenario (`pytest_backintel.collect.lockfile`), written by `backintel references build`.
+DuckDB views; a PostgreSQL database in place, through a SELECT-only role,
+`stores.postgres_source`), read-only for the analyst and fingerprinted before and after like
+every store. A DSN's password never reaches an error, a record or a folder name. A binding
+runs on its native backend; `--store` may pick another backend only where that one serves the
+source losslessly (`LOSSLESS`), otherwise the run stops with one usage error. References come
+from the lock file beside the scenario (`pytest_backintel.collect.lockfile`), written by
+`backintel references build`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pytest_backintel.collect.loading import ScenarioFileError, locate
 from pytest_backintel.collect.worlds import UnknownWorldError, World, get_world, get_world_entry
 from pytest_backintel.scenario import DatasetBinding, Scenario
 from stores.base import DatasetFiles, Store, StoreError
+from stores.pg_conn import redact
 
 __all__ = [
     "DEFAULT_STORE",
@@ -68,7 +71,8 @@ def resolve_dsn(raw: str) -> str:
             raise StoreError(f"postgres: environment variable {raw} (the source's DSN) is not set")
         raw = value
     if not raw.startswith(("postgresql://", "postgres://")):
-        raise StoreError(f"postgres: {raw!r} is not a postgresql://user@host:port/dbname DSN")
+        shown = redact(raw, raw)
+        raise StoreError(f"postgres: {shown!r} is not a postgresql://user@host:port/dbname DSN")
     return raw
 
 
@@ -91,9 +95,9 @@ def binding_problem(binding: DatasetBinding, spec: str) -> str | None:
     if kind is None or spec in LOSSLESS[kind]:
         return None
     return (
-        f"the {kind} source {binding.source!r} cannot run on --store {spec} without changing "
-        f"its types; it runs on {' or '.join(LOSSLESS[kind])} (run without --store, or "
-        f"select other scenarios)"
+        f"the {kind} source {redact(binding.source or '')!r} cannot run on --store {spec} "
+        f"without changing its types; it runs on {' or '.join(LOSSLESS[kind])} (run without "
+        "--store, or select other scenarios)"
     )
 
 
@@ -108,6 +112,14 @@ def check_source(path: Path, scenario: Scenario) -> None:
             resolve_dsn(binding.source or "")
         except StoreError as exc:
             problem = str(exc)
+        role = binding.role
+        if role is not None and role.lower().startswith("bi_"):
+            file, line = locate(path, ("dataset", "role"))
+            why = (
+                f"role {role!r}: names starting with bi_ are the harness's own (it creates and "
+                "`backintel clean` drops them); name a read-only role of yours"
+            )
+            raise ScenarioFileError(path, [(line, "dataset.role", why, file)])
     else:
         target = binding.source_path()
         wanted = {"sqlite": "file", "duckdb": "file"}.get(kind, "folder")
@@ -130,13 +142,22 @@ class UserSource:
         self.binding = binding
         self.kind: str = binding.source_kind or ""
         self.name = binding.world
-        self.key = f"{self.kind}:{self._location()}"
+        self.key = f"{self.kind}:{self._shown()}"
         self._hash: tuple[object, str] | None = None
 
     def _location(self) -> str:
         if self.kind == "postgres":
             return resolve_dsn(self.binding.source or "")
         return str(self.binding.source_path())
+
+    def _shown(self) -> str:
+        """The location as keys, folder names and messages carry it (no password), with the
+        role a PostgreSQL binding names."""
+        where = self._location()
+        if self.kind != "postgres":
+            return where
+        role = f"?role={self.binding.role}" if self.binding.role else ""
+        return redact(where, where) + role
 
     def ensure_built(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
         """The source as `DatasetFiles` (nothing is built: the source is used as it is)."""
@@ -156,9 +177,9 @@ class UserSource:
         if problem := binding_problem(self.binding, spec):
             raise StoreError(problem)
         if self.kind == "postgres":
-            from stores.postgres_clone import PostgresCloneStore
+            from stores.postgres_source import PostgresSourceStore
 
-            return PostgresCloneStore(workdir, self._location())
+            return PostgresSourceStore(workdir, self._location(), self.binding.role)
         if self.kind == "duckdb":
             from stores.duckdb_store import DuckDBFileStore
 
@@ -190,6 +211,16 @@ class UserSource:
         if self._hash is not None and self._hash[0] == state and state is not None:
             return self._hash[1]
         import tempfile
+
+        if self.kind == "postgres":  # read in place as the DSN's user: no role, no copy
+            from stores.postgres_source import PostgresSourceStore
+
+            with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
+                source = PostgresSourceStore(Path(tmp), self._location(), self.binding.role)
+                try:
+                    return source.source_fingerprint().logical
+                finally:
+                    source.teardown_session()
 
         with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
             store = self.make_store(NATIVE[self.kind], Path(tmp))

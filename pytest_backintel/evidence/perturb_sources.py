@@ -1,4 +1,4 @@
-"""Perturbed copies of a user's own source (SQLite, DuckDB, CSV, PostgreSQL) in its own form,
+"""Perturbed copies of a user's own source (SQLite, DuckDB, CSV) in its own form,
 so evidence over data of your own must follow the data like evidence over a built world.
 
 The rows to drop and the values to scale are chosen by `perturb.perturb_tables` (the same
@@ -7,11 +7,12 @@ transformation as for Parquet datasets); what differs is only how tables are rea
 - a SQLite or DuckDB file is copied and each table's rows are replaced in the copy, so every
   type, constraint, index and view stays as in the source;
 - a CSV folder is read as the `files` store reads it (DuckDB's detection, or the folder's own
-  `_schema.json`) and written back with those types pinned in `_schema.json`;
-- a PostgreSQL source is perturbed in place in the item's own clone (`perturb_postgres`).
+  `_schema.json`) and written back with those types pinned in `_schema.json`.
+
+(A PostgreSQL source is not copied: its probe is temporary views, `perturb_views_pg`.)
 
 A file copy is built once per source and salt under the cache folder, named by the source's
-data hash (a changed source gets a new copy); a PostgreSQL copy lives for the session.
+data hash (a changed source gets a new copy).
 A table polars cannot hold in a frame (a column of mixed types) is kept as it is.
 """
 
@@ -35,14 +36,9 @@ from pytest_backintel.evidence.perturb import (
     write_done,
 )
 from stores.base import DatasetFiles
-from stores.schema_keys import (
-    DeclaredKeys,
-    duckdb_declared_keys,
-    postgres_declared_keys,
-    sqlite_declared_keys,
-)
+from stores.schema_keys import DeclaredKeys, duckdb_declared_keys, sqlite_declared_keys
 
-__all__ = ["FILE_FORMS", "perturb_postgres", "perturb_source", "source_form"]
+__all__ = ["FILE_FORMS", "perturb_source", "source_form"]
 
 _SCHEMA = "_schema.json"
 
@@ -262,37 +258,3 @@ def perturb_source(
 
     build_once(cache_dir, final, build)
     return _as_files(files, form, built)
-
-
-def perturb_postgres(admin_dsn: str, salt: int) -> list[str]:
-    """Perturb the database at `admin_dsn` (an item's own clone, never the source) in place:
-    foreign-key triggers are off for the rewrite (`session_replication_role = replica`).
-    Returns the tables it could not perturb, with why."""
-    import psycopg
-
-    notes: list[str] = []
-    with psycopg.connect(admin_dsn, autocommit=False) as con:
-        tables = [
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
-                "AND table_type = 'BASE TABLE' ORDER BY 1"
-            ).fetchall()
-        ]
-
-        def read(table: str) -> pl.DataFrame:
-            cur = con.execute(f"SELECT * FROM public.{_q(table)}")
-            cols = [d.name for d in cur.description or []]
-            return pl.DataFrame(cur.fetchall(), schema=cols, orient="row", infer_schema_length=None)
-
-        frames = _frames(read, tables, notes)
-        keys = postgres_declared_keys(con)
-        con.execute("SET LOCAL session_replication_role = replica")
-        for table, df in _perturbed(frames, salt, keys, notes).items():
-            con.execute(f"DELETE FROM public.{_q(table)}")
-            cols = ", ".join(_q(c) for c in df.columns)
-            with con.cursor().copy(f"COPY public.{_q(table)} ({cols}) FROM STDIN") as copy:
-                for row in df.rows():
-                    copy.write_row(row)
-        con.commit()
-    return notes

@@ -146,7 +146,8 @@ class Probes:
         data_hash: str | None = None,
     ) -> list[DataProbe]:
         """The probes of `files` on `backend`: a Parquet dataset, or a user's SQLite, DuckDB,
-        CSV or PostgreSQL source (`data_hash` names its perturbed copies)."""
+        CSV or PostgreSQL source (`data_hash` names its perturbed copies; a SQLite or
+        PostgreSQL source's probes are views over it, `perturb_views`)."""
         key = (spec, str(files.parquet_dir))
         return self._probes.get(key, lambda: self._build(backend, files, python, data_hash))
 
@@ -195,10 +196,10 @@ class Probes:
         from pytest_backintel.evidence.perturb import source_form
 
         form = source_form(files)
-        if form is None and not _is_postgres_clone(backend):
+        views = self._view_plan(backend, files, form)
+        if form is None and views is None:
             return []  # no data of a form the probe can copy: tables-read check only
         probes = []
-        views = self._view_plan(backend, files, form)
         for salt in SALTS:
             try:
                 if views is not None:
@@ -219,6 +220,10 @@ class Probes:
         from pytest_backintel.evidence.perturb_views import view_probe_kind
 
         kind = view_probe_kind(backend, form)
+        if kind is None and form is None:  # a database used in place (PostgreSQL)
+            from pytest_backintel.evidence.perturb_views_pg import pg_view_probe_kind
+
+            kind = pg_view_probe_kind(backend)
         if kind is None:
             return None
         try:
@@ -247,24 +252,14 @@ class Probes:
         if form == "parquet":
             copy = perturb_dataset(files, self.cache_dir(), salt)
             return backend.provision(copy), notes_of(copy)
-        if form in FILE_FORMS:
-            if data_hash is None:
-                raise ValueError(f"the {form} source of {files.name!r} has no data hash")
-            from pytest_backintel.evidence.perturb_sources import perturb_source
+        if form not in FILE_FORMS:
+            raise ValueError(f"no perturbed copy can be made of {files.name!r} ({form})")
+        if data_hash is None:
+            raise ValueError(f"the {form} source of {files.name!r} has no data hash")
+        from pytest_backintel.evidence.perturb_sources import perturb_source
 
-            copy = perturb_source(files, form, self.cache_dir(), salt, data_hash)
-            return backend.provision(copy), notes_of(copy)
-        from pytest_backintel.evidence.perturb_sources import perturb_postgres
-        from stores.postgres import ProvisionedPostgres
-
-        store = backend.provision(files)  # a PostgreSQL clone of its own, perturbed in place
-        try:
-            assert isinstance(store, ProvisionedPostgres)
-            notes = perturb_postgres(store.admin_dsn, salt)
-        except Exception:
-            store.teardown()
-            raise
-        return store, notes
+        copy = perturb_source(files, form, self.cache_dir(), salt, data_hash)
+        return backend.provision(copy), notes_of(copy)
 
     def teardown(self) -> None:
         with self._warming_lock:
@@ -274,10 +269,3 @@ class Probes:
         for group in self._probes.drain():
             for probe in group:
                 probe.close()
-
-
-def _is_postgres_clone(backend: Store) -> bool:
-    """A user's PostgreSQL source: its probe is a clone of its own, perturbed in place."""
-    from stores.postgres_clone import PostgresCloneStore
-
-    return isinstance(backend, PostgresCloneStore)

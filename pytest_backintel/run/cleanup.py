@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stores.owner import read_folder_owner
+from stores.pg_sweep import SOURCE_FILE
 
 __all__ = ["CleanReport", "clean_stale", "register", "remove_folder", "stale_folders"]
 
@@ -92,7 +93,26 @@ def _postgres(report: CleanReport, dry_run: bool) -> None:
     try:
         report.databases += sweep_stale(dsn)
     except Exception as exc:  # no server, no psycopg: nothing of ours can be there to drop
-        report.skipped.append(f"postgres at {dsn}: {str(exc).strip()[:160]}")
+        from stores.pg_conn import redact
+
+        report.skipped.append(redact(f"postgres at {dsn}: {str(exc).strip()[:160]}", dsn))
+
+
+def _postgres_source(report: CleanReport, marker: Path, dry_run: bool) -> None:
+    """Sweep the server of a PostgreSQL source a gone process served (roles it made)."""
+    import json
+
+    from stores.pg_sweep import sweep_stale
+
+    try:
+        dsn = str(json.loads(marker.read_text())["dsn"])
+        if not dry_run:
+            report.databases += sweep_stale(dsn)
+    except Exception as exc:  # unreachable server, no password: said, never fatal
+        from stores.pg_conn import redact
+
+        why = redact(str(exc).strip()[:160])
+        report.skipped.append(f"postgres source in {marker.parent}: {why}")
 
 
 def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True) -> CleanReport:
@@ -101,6 +121,10 @@ def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True)
 
     report = CleanReport()
     for folder in stale_folders(data_dir):
+        if (folder / SOURCE_FILE).is_file():  # a PostgreSQL source of your own: its server
+            if not postgres:
+                continue  # kept for `backintel clean`, which sweeps that server first
+            _postgres_source(report, folder / SOURCE_FILE, dry_run)
         if not dry_run:
             remove_folder(folder)
         report.folders.append(folder)

@@ -453,6 +453,10 @@ class BenchSession:
         self.probes.teardown()
         for folder in self.backends.teardown():
             remove_folder(folder)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        for change in self.backends.changes:
+            if reporter is not None:
+                reporter.write_line(f"backintel: WARNING: {change}")
         if self._sweep is not None:
             self._sweep.join()
         if self._sandboxes is not None:
@@ -470,6 +474,9 @@ class BenchSession:
             budget_spent=self.budget.totals() if self.budget.limits.active else None,
             freeze_check=verify_lock(self.run_dir),
         )
+        if self.backends.changes:
+            header["warnings"] = [*header.get("warnings", []), *self.backends.changes]
+            header["source_changes"] = list(self.backends.changes)
         write_json(self.run_dir / "run.json", header)
         self.outcomes = Counter(r["outcome"] for r in records)
         self.records = records
