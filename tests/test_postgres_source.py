@@ -423,6 +423,7 @@ def test_passwords_in_the_dsn_and_in_pgpassword_on_a_server_that_checks_them(
     before = catalog(url)
 
     monkeypatch.setenv("SRC_DSN", url)
+    monkeypatch.setenv("BACKINTEL_DATA_DIR", str(tmp_path / "data"))  # its folder names too
     a = project(tmp_path / "a", {"postgres": "SRC_DSN"})
     build = backintel(a, "references", "build")
     assert build.returncode == 0, build.stdout + build.stderr
@@ -448,7 +449,8 @@ def test_passwords_in_the_dsn_and_in_pgpassword_on_a_server_that_checks_them(
     assert backintel(c, "references", "build").returncode == 0
     run_c = pytest_run(c, "--run-id", "c")
     assert run_c.returncode == 0, run_c.stdout[-3000:]
-    for folder in (a, b, c):
+    assert any((tmp_path / "data" / "stores").iterdir())
+    for folder in (a, b, c, tmp_path / "data"):
         for path in folder.rglob("*"):
             assert admin_pw not in str(path)
             assert reader_pw not in str(path)
