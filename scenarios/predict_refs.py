@@ -3,7 +3,8 @@ baseline, kept with the committed references (never in the store).
 
 Building them also calibrates the scenario: its reference program (`check_python`) must meet
 every criterion against the baseline, and must lose its edge when re-run with the training
-labels permuted (or the permutation check would fail an honest program).
+labels permuted and when re-run with the scoring features shuffled (or those checks would fail
+an honest program).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytest_backintel.evidence.prediction import permuted_copy
+from pytest_backintel.evidence.prediction import CHECKS, shuffled_copy
 from pytest_backintel.evidence.predictions_table import prediction_rows
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring.prediction import check_criteria, hidden_cohort, prediction_metrics
@@ -64,12 +65,14 @@ def prediction_reference(
             f"scenario {scenario.id!r}: the reference program (check_python) does not meet the "
             f"scenario's criteria: {short}"
         )
+    what = {"labels": "the training labels permuted", "features": "the scoring features shuffled"}
     with tempfile.TemporaryDirectory() as tmp:
-        permuted = permuted_copy(files.sqlite_path, spec, Path(tmp))
-        if not _meets(scenario, run(permuted), reference):
-            raise ReferenceMismatchError(
-                f"scenario {scenario.id!r}: with the training labels permuted (seed "
-                f"{spec.permutation_seed}) the reference program still meets every criterion, "
-                "so the permutation check would fail an honest program; raise the margins"
-            )
+        for check in CHECKS:
+            copy = shuffled_copy(files.sqlite_path, spec, Path(tmp), check)
+            if not _meets(scenario, run(copy), reference):
+                raise ReferenceMismatchError(
+                    f"scenario {scenario.id!r}: with {what[check]} (seed "
+                    f"{spec.permutation_seed}) the reference program still meets every "
+                    "criterion, so that check would fail an honest program; raise the margins"
+                )
     return reference

@@ -332,13 +332,15 @@ def test_predictions_hard_coded_from_the_hidden_labels_are_caught_by_the_permuta
     )
     record = records["l8-late-delivery"]
     assert record["outcome"] == "unsupported_evidence", record["reasons"]
-    assert [r["outcome"] for r in record["reasons"]] == ["unsupported_evidence"]
+    assert [r["outcome"] for r in record["reasons"]] == ["unsupported_evidence"] * 2
     assert "with the training labels permuted" in record["reasons"][0]["message"]
+    assert "not one of the 470 predictions moved" in record["reasons"][1]["message"]
     assert record["evidence"][0]["reproduced"] == {"predictions": True}
     prediction = record["prediction"]
     assert prediction["metrics"]["auroc"] == 1.0, "the literal predictions are perfect"
     assert all(c["ok"] for c in prediction["checks"])
     assert prediction["permuted"]["criteria_met"] is True
+    assert prediction["perturbed"]["moved"] == 0
     # backintel score equals the trial: the permutation check runs there too
     assert main(["score", "--run", str(pytester.path / "results" / "lit")]) == 1
     assert "1 recorded answers scored again: 1 agree with the trial" in capsys.readouterr().out
