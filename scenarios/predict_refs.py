@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_backintel.evidence.prediction import CHECKS, shuffled_copy
-from pytest_backintel.evidence.predictions_table import prediction_rows
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.scoring.prediction import check_criteria, hidden_cohort, prediction_metrics
+from pytest_backintel.scoring.prediction import shortfall
 from scenarios.reference_errors import ReferenceError, ReferenceMismatchError
 from scenarios.world_base import World
 from stores.base import DatasetFiles
@@ -27,20 +26,6 @@ __all__ = ["PredictionWorld", "prediction_reference"]
 
 class PredictionWorld(Protocol):
     def hidden_cohort(self, training_table: str, baseline: str) -> list[dict[str, Any]]: ...
-
-
-def _meets(scenario: Scenario, printed: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
-    """'' when the printed predictions meet every criterion, else what falls short."""
-    spec = scenario.prediction
-    assert spec is not None
-    preds, problems = prediction_rows(spec, printed.get(scenario.metrics[0].name))
-    ids, labels, baseline = hidden_cohort(reference)
-    if problems or set(ids) - set(preds):
-        return "; ".join(problems[:3]) or "it does not predict every scoring entity"
-    model = prediction_metrics(spec.kind, labels, [preds[i] for i in ids])
-    base = prediction_metrics(spec.kind, labels, baseline)
-    failed = [c for c in check_criteria(spec, model, base) if not c.ok]
-    return "; ".join(f"{c.text}: {c.value} against {c.bound}" for c in failed)
 
 
 def prediction_reference(
@@ -60,7 +45,7 @@ def prediction_reference(
             "(a prediction world has `hidden_cohort` and a SQLite build)"
         )
     reference = {"cohort": hidden(spec.training_table, spec.baseline)}
-    if short := _meets(scenario, run(files.sqlite_path), reference):
+    if short := shortfall(scenario, run(files.sqlite_path), reference):
         raise ReferenceMismatchError(
             f"scenario {scenario.id!r}: the reference program (check_python) does not meet the "
             f"scenario's criteria: {short}"
@@ -69,7 +54,7 @@ def prediction_reference(
     with tempfile.TemporaryDirectory() as tmp:
         for check in CHECKS:
             copy = shuffled_copy(files.sqlite_path, spec, Path(tmp), check)
-            if not _meets(scenario, run(copy), reference):
+            if not shortfall(scenario, run(copy), reference):
                 raise ReferenceMismatchError(
                     f"scenario {scenario.id!r}: with {what[check]} (seed "
                     f"{spec.permutation_seed}) the reference program still meets every "

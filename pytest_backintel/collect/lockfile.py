@@ -9,11 +9,13 @@ other data or from another spec, naming the scenario and both hashes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
 from typing import Any
 
+from pytest_backintel.collect.prediction_refs import labels_file
 from pytest_backintel.scenario import MetricKind, Scenario
 
 __all__ = [
@@ -55,12 +57,19 @@ def lock_path(scenario: Scenario) -> Path:
 
 
 def spec_of(scenario: Scenario) -> dict[str, Any]:
-    """What an entry was computed from: the reference spec and the check query."""
+    """What an entry was computed from: the reference spec and the check query; for a
+    prediction, also the prediction spec and the labels file's SHA-256."""
     ref = scenario.reference
-    return {
+    spec: dict[str, Any] = {
         "reference": ref.model_dump(mode="json", exclude_none=True) if ref else None,
         "check_sql": scenario.check_sql,
     }
+    if scenario.prediction is not None and scenario.prediction.labels is not None:
+        path = labels_file(scenario)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+        spec["prediction"] = scenario.prediction.model_dump(mode="json", exclude_none=True)
+        spec["labels_sha256"] = digest
+    return spec
 
 
 def read_lock(path: Path) -> dict[str, dict[str, Any]]:

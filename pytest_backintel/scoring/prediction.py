@@ -24,7 +24,14 @@ from pytest_backintel.outcomes import Outcome
 from pytest_backintel.scenario import CRITERION, PredictionSpec, Scenario
 from pytest_backintel.scoring.score import Reason, TrialScore, evidence_reasons
 
-__all__ = ["Criterion", "check_criteria", "hidden_cohort", "prediction_metrics", "score_prediction"]
+__all__ = [
+    "Criterion",
+    "check_criteria",
+    "hidden_cohort",
+    "prediction_metrics",
+    "score_prediction",
+    "shortfall",
+]
 
 EPS = 1e-15
 """Probabilities are clipped to [EPS, 1 - EPS] for log loss (a 0 or 1 would be infinite)."""
@@ -95,6 +102,19 @@ def _assess(
     model = prediction_metrics(spec.kind, labels, [predictions[i] for i in ids])
     base = prediction_metrics(spec.kind, labels, baseline)
     return model, base, check_criteria(spec, model, base)
+
+
+def shortfall(scenario: Scenario, printed: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
+    """'' when a program's printed predictions meet every criterion of `scenario` against the
+    hidden labels of `reference`, else what falls short (how a reference program is checked)."""
+    spec = scenario.prediction
+    assert spec is not None
+    preds, problems = prediction_rows(spec, printed.get(scenario.metrics[0].name))
+    ids, _, _ = hidden_cohort(reference)
+    if problems or set(ids) - set(preds):
+        return "; ".join(problems[:3]) or "it does not predict every scoring entity"
+    _, _, criteria = _assess(spec, preds, reference)
+    return "; ".join(f"{c.text}: {c.value} against {c.bound}" for c in criteria if not c.ok)
 
 
 def _fmt(value: float | None) -> str:
