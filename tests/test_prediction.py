@@ -277,9 +277,13 @@ def run_bench(pytester: pytest.Pytester, *args: str, run_id: str) -> dict[str, d
 
 @pytest.mark.parametrize(
     ("analyst", "expected"),
-    [("perturbed", "wrong_value"), ("unsupported", "unsupported_evidence")],
+    [
+        ("reference", "pass"),
+        ("perturbed", "wrong_value"),
+        ("unsupported", "unsupported_evidence"),
+    ],
 )
-def test_calibration_analysts_fail_every_prediction_scenario_as_designed(
+def test_calibration_analysts_meet_or_fail_every_prediction_scenario_as_designed(
     pytester: pytest.Pytester, analyst: str, expected: str
 ) -> None:
     records = run_bench(pytester, "--analyst", analyst, "-n", "2", run_id=analyst)
@@ -287,6 +291,14 @@ def test_calibration_analysts_fail_every_prediction_scenario_as_designed(
     assert {r["outcome"] for r in records.values()} == {expected}, {
         k: (r["outcome"], r["reasons"][:1]) for k, r in records.items()
     }
+    if analyst == "reference":  # every criterion met, and the edge lost on both copies
+        for record in records.values():
+            prediction = record["prediction"]
+            assert prediction["checks"], record["scenario_id"]
+            assert all(c["ok"] for c in prediction["checks"]), record["scenario_id"]
+            assert prediction["permuted"]["criteria_met"] is False
+            assert prediction["perturbed"]["criteria_met"] is False
+            assert prediction["perturbed"]["moved"] > 0
 
 
 LITERAL = '''
