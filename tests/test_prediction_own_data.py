@@ -52,7 +52,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for path, body in files.items():
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         (folder / path).write_text(body, encoding="utf-8")
-    expected = [0, 0, 0, 1]  # the perturbed analyst fails
+    expected = [0, 0, 0, 0, 1]  # the perturbed analyst fails
     assert len(commands) == len(expected)
     for command, code in zip(commands, expected, strict=True):
         done = run(folder, command)

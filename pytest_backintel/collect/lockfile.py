@@ -149,8 +149,17 @@ def _scalar_problem(kind: str, value: Any) -> str | None:
 
 def check_values(scenario: Scenario, values: dict[str, Any]) -> list[Problem]:
     """Every locked value that does not fit its metric's declared kind, located at the
-    metric's `kind` in the scenario file."""
+    metric's `kind` in the scenario file. A prediction's values are its hidden cohort: rows of
+    entity, label and baseline."""
     out: list[Problem] = []
+    if scenario.prediction is not None:
+        rows = values.get("cohort")
+        fields = {"entity", "label", "baseline"}
+        if not isinstance(rows, list) or not rows:
+            return [(("prediction", "labels"), "the reference has no scoring cohort")]
+        if not all(isinstance(r, dict) and set(r) == fields for r in rows):
+            return [(("prediction", "labels"), f"every cohort row has exactly {sorted(fields)}")]
+        return []
     for index, metric in enumerate(scenario.metrics):
         loc: tuple[str | int, ...] = ("metrics", index, "kind")
         if metric.name not in values:

@@ -289,9 +289,7 @@ def _entry_problems(path: Path, scenario: Scenario, root: Path) -> tuple[dict[st
         loc = ("dataset", scenario.dataset.source_kind or "world")
         return {}, [f"{where(path, loc)}: dataset: scenario {scenario.id!r}: {exc}"]
     found = []
-    # a prediction's values are its hidden cohort, not metric values
-    unfit = [] if scenario.prediction is not None else check_values(scenario, entry["values"])
-    for spot, why in unfit:
+    for spot, why in check_values(scenario, entry["values"]):
         name = ".".join(f"[{p}]" if isinstance(p, int) else p for p in spot).replace(".[", "[")
         found.append(f"{path}:{line_of(path, spot)}: {name}: {why}")
     return entry, found
