@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 import polars as pl
 
+from pytest_backintel.scenario import Scenario
 from scenarios.olist.generator import OlistConfig, generate
 from scenarios.olist.world import GENERATOR_MODULES
 from scenarios.predict_tasks import SCORE_FROM, SCORE_TO, TASKS, TRAIN_FROM, Task, order_facts
@@ -288,6 +289,14 @@ class OlistPredictRealWorld(OlistPredictWorld):
     def ensure_built(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
         self._data_dir = data_dir  # where the release was loaded
         return super().ensure_built(data_dir, snapshot)
+
+    def reference(
+        self, scenario: Scenario, files: DatasetFiles, data_hash: str
+    ) -> Mapping[str, Any]:
+        """Computed from the release in the data folder `files` were built in."""
+        if self._data_dir is None:  # <data>/worlds/<world>/snapshots/<task>/parquet
+            self._data_dir = files.parquet_dir.parents[4]
+        return super().reference(scenario, files, data_hash)
 
     def base_tables(self) -> dict[str, pl.DataFrame]:
         files = self.release.ensure_built(self._data_dir or default_data_dir())
