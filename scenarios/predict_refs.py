@@ -9,14 +9,12 @@ an honest program).
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytest_backintel.evidence.prediction import CHECKS, shuffled_copy
+from pytest_backintel.collect.prediction_refs import PredictionReferenceError, calibrate
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.scoring.prediction import shortfall
 from scenarios.reference_errors import ReferenceError, ReferenceMismatchError
 from scenarios.world_base import World
 from stores.base import DatasetFiles
@@ -35,7 +33,7 @@ def prediction_reference(
     run: Callable[[Path], Mapping[str, Any]],
 ) -> dict[str, Any]:
     """{"cohort": [{entity, label, baseline}]} of a prediction scenario, after checking its
-    reference program (run by `run` over a SQLite file) on the data and on the permuted copy."""
+    reference program (run by `run` over a SQLite file) on the data and on both shuffled copies."""
     spec = scenario.prediction
     assert spec is not None
     hidden = getattr(world, "hidden_cohort", None)
@@ -45,19 +43,8 @@ def prediction_reference(
             "(a prediction world has `hidden_cohort` and a SQLite build)"
         )
     reference = {"cohort": hidden(spec.training_table, spec.baseline)}
-    if short := shortfall(scenario, run(files.sqlite_path), reference):
-        raise ReferenceMismatchError(
-            f"scenario {scenario.id!r}: the reference program (check_python) does not meet the "
-            f"scenario's criteria: {short}"
-        )
-    what = {"labels": "the training labels permuted", "features": "the scoring features shuffled"}
-    with tempfile.TemporaryDirectory() as tmp:
-        for check in CHECKS:
-            copy = shuffled_copy(files.sqlite_path, spec, Path(tmp), check)
-            if not shortfall(scenario, run(copy), reference):
-                raise ReferenceMismatchError(
-                    f"scenario {scenario.id!r}: with {what[check]} (seed "
-                    f"{spec.permutation_seed}) the reference program still meets every "
-                    "criterion, so that check would fail an honest program; raise the margins"
-                )
+    try:
+        calibrate(scenario, reference, files.sqlite_path, run)
+    except PredictionReferenceError as exc:
+        raise ReferenceMismatchError(f"scenario {scenario.id!r}: {exc}") from exc
     return reference
