@@ -313,7 +313,12 @@ class PredictionSpec(_Strict):
     tolerance: float = Field(default=1e-6, ge=0)
     """How far the re-run program's predictions may be from the reported ones."""
     permutation_seed: int = Field(default=27, ge=0)
-    """The seed of the training-label permutation the program is re-run on."""
+    """The seed of the copies the program is re-run on: training labels permuted, and scoring
+    features shuffled between entities."""
+    labels: str | None = Field(default=None, min_length=1)
+    """Data of your own: the scoring cohort's hidden labels, a CSV file beside the scenario (a
+    path relative to its folder) with the columns `entity` and `target`, never in the store;
+    `backintel references build` locks them, with the baseline, in the lock file."""
 
     @model_validator(mode="after")
     def _criteria(self) -> PredictionSpec:
@@ -449,6 +454,11 @@ class Scenario(_Strict):
     def _prediction_fields(self, spec: PredictionSpec) -> None:
         if not self.check_python:
             raise ValueError("a prediction scenario needs `check_python` (its reference program)")
+        if self.dataset.source_kind is not None and spec.labels is None:
+            raise ValueError(
+                "a prediction scenario over data of your own needs `prediction.labels`: the CSV "
+                "file of the scoring cohort's labels, beside the scenario"
+            )
         table = self.metrics[0]
         if len(self.metrics) != 1 or table.kind is not MetricKind.TABLE:
             raise ValueError("a prediction scenario requests exactly one table metric")

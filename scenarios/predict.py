@@ -10,6 +10,14 @@ keeps the future out of its snapshots.
 Building checks every split, naming the scenario it serves: no person (`customer_unique_id`)
 on both sides, every training entity predicted and labelled before the first scoring entity is
 predicted, and no scoring label in any table of the store.
+
+The real Olist release: with `BACKINTEL_OLIST_SOURCE=real`, world `olist-predict` is
+`OlistPredictRealWorld`, whose cohorts are built the same way from the release loaded by
+`backintel data olist --from DIR` (world `olist-real`). It has no committed references: the
+hidden labels and the baseline are computed from the release after the analyst has answered
+(and the reference program checked on them), never written to the store. A scoring cohort
+larger than `MAX_SCORING` entities (the release has thousands per window) is a sample of whole
+persons, chosen by a hash of `customer_unique_id`, so the predictions fit in one answer.
 """
 
 from __future__ import annotations
@@ -24,15 +32,19 @@ from typing import Any, ClassVar
 
 import polars as pl
 
+from pytest_backintel.scenario import Scenario
 from scenarios.olist.generator import OlistConfig, generate
 from scenarios.olist.world import GENERATOR_MODULES
 from scenarios.predict_tasks import SCORE_FROM, SCORE_TO, TASKS, TRAIN_FROM, Task, order_facts
 from scenarios.references import ReferencedWorld
-from scenarios.world_base import Oracle
+from scenarios.world_base import Oracle, World
+from scenarios.world_base import data_dir as default_data_dir
+from stores.base import DatasetFiles
 
 __all__ = [
     "PREDICT_VERSION",
     "Cohorts",
+    "OlistPredictRealWorld",
     "OlistPredictWorld",
     "SplitError",
     "Window",
@@ -44,6 +56,8 @@ __all__ = [
 
 PREDICT_VERSION = 1
 """Bump when the cohorts change for the same base config."""
+MAX_SCORING = 600
+"""At most this many scoring entities (the generated world's cohorts are smaller)."""
 HERE = Path(__file__).resolve().parent
 
 
@@ -109,6 +123,24 @@ def check_split(scenario: str, training: pl.DataFrame, scoring: pl.DataFrame) ->
         )
 
 
+def _capped(scoring: pl.DataFrame, cap: int = MAX_SCORING) -> pl.DataFrame:
+    """At most `cap` entities, whole groups taken in the order of a hash of the group."""
+    if scoring.height <= cap:
+        return scoring
+    sizes = scoring.group_by("group").len().sort("group")
+    order = sorted(
+        zip(sizes["group"].to_list(), sizes["len"].to_list(), strict=True),
+        key=lambda g: hashlib.sha256(str(g[0]).encode()).hexdigest(),
+    )
+    keep, total = [], 0
+    for group, size in order:
+        if total + size > cap:
+            break
+        keep.append(group)
+        total += size
+    return scoring.filter(pl.col("group").is_in(keep))
+
+
 def split_cohorts(scenario: str, frame: pl.DataFrame, window: Window | None = None) -> Cohorts:
     """Split a task frame by time, leaving out scoring entities of people already in
     training; checked by `check_split`."""
@@ -116,10 +148,12 @@ def split_cohorts(scenario: str, frame: pl.DataFrame, window: Window | None = No
     train_to = w.train_to or w.score_from
     at, label_at = pl.col("at"), pl.col("label_at")
     training = frame.filter((at >= w.train_from) & (at < train_to) & (label_at < train_to))
-    scoring = frame.filter(
-        (at >= w.score_from)
-        & (at < w.score_to)
-        & ~pl.col("group").is_in(training["group"].implode())
+    scoring = _capped(
+        frame.filter(
+            (at >= w.score_from)
+            & (at < w.score_to)
+            & ~pl.col("group").is_in(training["group"].implode())
+        )
     )
     cohorts = Cohorts(training.sort("entity"), scoring.sort("entity"))
     check_split(scenario, cohorts.training, cohorts.scoring)
@@ -192,10 +226,14 @@ class OlistPredictWorld(ReferencedWorld):
             digest.update((HERE / module).read_bytes())
         return digest.hexdigest()[:16]
 
+    def base_tables(self) -> dict[str, pl.DataFrame]:
+        """The Olist tables the cohorts are derived from (the generated world)."""
+        return generate(self.olist_config)
+
     @cached_property
     def cohorts(self) -> dict[str, Cohorts]:
         """Every task's cohorts (task name -> cohorts), each split checked."""
-        facts = order_facts(generate(self.olist_config))
+        facts = order_facts(self.base_tables())
         return {t.name: split_cohorts(scenario_id(t), t.frame(facts)) for t in TASKS}
 
     def generate(self, snapshot: str) -> dict[str, pl.DataFrame]:
@@ -224,3 +262,42 @@ class OlistPredictWorld(ReferencedWorld):
     @property
     def oracles(self) -> Mapping[str, Oracle]:
         return {}
+
+
+class OlistPredictRealWorld(OlistPredictWorld):
+    """The prediction cohorts of the real Olist release (`release`, world `olist-real`, loaded by
+    `backintel data olist --from DIR`), serving `olist-predict` when
+    `BACKINTEL_OLIST_SOURCE=real`; its references are computed after the analyst answered."""
+
+    name = "olist-predict-real"
+
+    def __init__(self, release: World) -> None:
+        super().__init__()
+        self.release = release
+        self._data_dir: Path | None = None
+
+    @property
+    def config(self) -> dict[str, int]:
+        return {**self.release.config, "predict": PREDICT_VERSION}
+
+    def code_fingerprint(self) -> str:
+        digest = hashlib.sha256(self.release.code_fingerprint().encode())
+        for module in ("predict.py", "predict_tasks.py"):
+            digest.update((HERE / module).read_bytes())
+        return digest.hexdigest()[:16]
+
+    def ensure_built(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
+        self._data_dir = data_dir  # where the release was loaded
+        return super().ensure_built(data_dir, snapshot)
+
+    def reference(
+        self, scenario: Scenario, files: DatasetFiles, data_hash: str
+    ) -> Mapping[str, Any]:
+        """Computed from the release in the data folder `files` were built in."""
+        if self._data_dir is None:  # <data>/worlds/<world>/snapshots/<task>/parquet
+            self._data_dir = files.parquet_dir.parents[4]
+        return super().reference(scenario, files, data_hash)
+
+    def base_tables(self) -> dict[str, pl.DataFrame]:
+        files = self.release.ensure_built(self._data_dir or default_data_dir())
+        return {p.stem: pl.read_parquet(p) for p in sorted(files.parquet_dir.glob("*.parquet"))}

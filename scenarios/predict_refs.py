@@ -3,20 +3,18 @@ baseline, kept with the committed references (never in the store).
 
 Building them also calibrates the scenario: its reference program (`check_python`) must meet
 every criterion against the baseline, and must lose its edge when re-run with the training
-labels permuted (or the permutation check would fail an honest program).
+labels permuted and when re-run with the scoring features shuffled (or those checks would fail
+an honest program).
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytest_backintel.evidence.prediction import permuted_copy
-from pytest_backintel.evidence.predictions_table import prediction_rows
+from pytest_backintel.collect.prediction_refs import PredictionReferenceError, calibrate
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.scoring.prediction import check_criteria, hidden_cohort, prediction_metrics
 from scenarios.reference_errors import ReferenceError, ReferenceMismatchError
 from scenarios.world_base import World
 from stores.base import DatasetFiles
@@ -28,20 +26,6 @@ class PredictionWorld(Protocol):
     def hidden_cohort(self, training_table: str, baseline: str) -> list[dict[str, Any]]: ...
 
 
-def _meets(scenario: Scenario, printed: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
-    """'' when the printed predictions meet every criterion, else what falls short."""
-    spec = scenario.prediction
-    assert spec is not None
-    preds, problems = prediction_rows(spec, printed.get(scenario.metrics[0].name))
-    ids, labels, baseline = hidden_cohort(reference)
-    if problems or set(ids) - set(preds):
-        return "; ".join(problems[:3]) or "it does not predict every scoring entity"
-    model = prediction_metrics(spec.kind, labels, [preds[i] for i in ids])
-    base = prediction_metrics(spec.kind, labels, baseline)
-    failed = [c for c in check_criteria(spec, model, base) if not c.ok]
-    return "; ".join(f"{c.text}: {c.value} against {c.bound}" for c in failed)
-
-
 def prediction_reference(
     scenario: Scenario,
     world: World,
@@ -49,7 +33,7 @@ def prediction_reference(
     run: Callable[[Path], Mapping[str, Any]],
 ) -> dict[str, Any]:
     """{"cohort": [{entity, label, baseline}]} of a prediction scenario, after checking its
-    reference program (run by `run` over a SQLite file) on the data and on the permuted copy."""
+    reference program (run by `run` over a SQLite file) on the data and on both shuffled copies."""
     spec = scenario.prediction
     assert spec is not None
     hidden = getattr(world, "hidden_cohort", None)
@@ -59,17 +43,8 @@ def prediction_reference(
             "(a prediction world has `hidden_cohort` and a SQLite build)"
         )
     reference = {"cohort": hidden(spec.training_table, spec.baseline)}
-    if short := _meets(scenario, run(files.sqlite_path), reference):
-        raise ReferenceMismatchError(
-            f"scenario {scenario.id!r}: the reference program (check_python) does not meet the "
-            f"scenario's criteria: {short}"
-        )
-    with tempfile.TemporaryDirectory() as tmp:
-        permuted = permuted_copy(files.sqlite_path, spec, Path(tmp))
-        if not _meets(scenario, run(permuted), reference):
-            raise ReferenceMismatchError(
-                f"scenario {scenario.id!r}: with the training labels permuted (seed "
-                f"{spec.permutation_seed}) the reference program still meets every criterion, "
-                "so the permutation check would fail an honest program; raise the margins"
-            )
+    try:
+        calibrate(scenario, reference, files.sqlite_path, run)
+    except PredictionReferenceError as exc:
+        raise ReferenceMismatchError(f"scenario {scenario.id!r}: {exc}") from exc
     return reference

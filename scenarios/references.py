@@ -396,7 +396,9 @@ def build_all(
         predicted = sum(1 for s in scenarios if s.prediction is not None)
         answerable = sum(1 for s in scenarios if s.answerable) - predicted
         checked = f"{answerable} cross-checked by SQL" + (
-            f", {predicted} prediction checked on permuted labels" if predicted else ""
+            f", {predicted} prediction checked on permuted labels and shuffled features"
+            if predicted
+            else ""
         )
         print(
             f"{path.name}: {len(scenarios)} scenarios ({checked}), "

@@ -108,6 +108,11 @@ def olist_boundaries_world() -> World:
 
 
 def olist_predict_world() -> World:
-    from scenarios.predict import OlistPredictWorld
+    """The prediction cohorts of world `olist`: generated, or of the loaded Olist release
+    with `BACKINTEL_OLIST_SOURCE=real`."""
+    from scenarios.predict import OlistPredictRealWorld, OlistPredictWorld
 
+    base = olist_world()
+    if base.name == "olist-real":
+        return OlistPredictRealWorld(base)
     return OlistPredictWorld()

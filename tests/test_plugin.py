@@ -7,7 +7,7 @@ import pytest
 from pytest_backintel.collect.loading import DEFINITIONS_DIR, find_scenarios
 
 # Level 7 (TPC-H at scale factor 1) runs in CI's main job; here it would only cost minutes.
-# Level 8 (prediction: each trial trains a model in the sandbox, three times) has its own
+# Level 8 (prediction: each trial trains a model in the sandbox, four times) has its own
 # end-to-end tests in tests/test_prediction.py.
 SELECTION = "development and not level7 and not level8"
 SCENARIOS = {k: v for k, v in find_scenarios(DEFINITIONS_DIR).items() if v[1].level < 7}

@@ -277,9 +277,13 @@ def run_bench(pytester: pytest.Pytester, *args: str, run_id: str) -> dict[str, d
 
 @pytest.mark.parametrize(
     ("analyst", "expected"),
-    [("perturbed", "wrong_value"), ("unsupported", "unsupported_evidence")],
+    [
+        ("reference", "pass"),
+        ("perturbed", "wrong_value"),
+        ("unsupported", "unsupported_evidence"),
+    ],
 )
-def test_calibration_analysts_fail_every_prediction_scenario_as_designed(
+def test_calibration_analysts_meet_or_fail_every_prediction_scenario_as_designed(
     pytester: pytest.Pytester, analyst: str, expected: str
 ) -> None:
     records = run_bench(pytester, "--analyst", analyst, "-n", "2", run_id=analyst)
@@ -287,6 +291,14 @@ def test_calibration_analysts_fail_every_prediction_scenario_as_designed(
     assert {r["outcome"] for r in records.values()} == {expected}, {
         k: (r["outcome"], r["reasons"][:1]) for k, r in records.items()
     }
+    if analyst == "reference":  # every criterion met, and the edge lost on both copies
+        for record in records.values():
+            prediction = record["prediction"]
+            assert prediction["checks"], record["scenario_id"]
+            assert all(c["ok"] for c in prediction["checks"]), record["scenario_id"]
+            assert prediction["permuted"]["criteria_met"] is False
+            assert prediction["perturbed"]["criteria_met"] is False
+            assert prediction["perturbed"]["moved"] > 0
 
 
 LITERAL = '''
@@ -332,13 +344,15 @@ def test_predictions_hard_coded_from_the_hidden_labels_are_caught_by_the_permuta
     )
     record = records["l8-late-delivery"]
     assert record["outcome"] == "unsupported_evidence", record["reasons"]
-    assert [r["outcome"] for r in record["reasons"]] == ["unsupported_evidence"]
+    assert [r["outcome"] for r in record["reasons"]] == ["unsupported_evidence"] * 2
     assert "with the training labels permuted" in record["reasons"][0]["message"]
+    assert "not one of the 470 predictions moved" in record["reasons"][1]["message"]
     assert record["evidence"][0]["reproduced"] == {"predictions": True}
     prediction = record["prediction"]
     assert prediction["metrics"]["auroc"] == 1.0, "the literal predictions are perfect"
     assert all(c["ok"] for c in prediction["checks"])
     assert prediction["permuted"]["criteria_met"] is True
+    assert prediction["perturbed"]["moved"] == 0
     # backintel score equals the trial: the permutation check runs there too
     assert main(["score", "--run", str(pytester.path / "results" / "lit")]) == 1
     assert "1 recorded answers scored again: 1 agree with the trial" in capsys.readouterr().out

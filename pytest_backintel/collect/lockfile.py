@@ -9,11 +9,13 @@ other data or from another spec, naming the scenario and both hashes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
 from typing import Any
 
+from pytest_backintel.collect.prediction_refs import labels_file
 from pytest_backintel.scenario import MetricKind, Scenario
 
 __all__ = [
@@ -55,12 +57,19 @@ def lock_path(scenario: Scenario) -> Path:
 
 
 def spec_of(scenario: Scenario) -> dict[str, Any]:
-    """What an entry was computed from: the reference spec and the check query."""
+    """What an entry was computed from: the reference spec and the check query; for a
+    prediction, also the prediction spec and the labels file's SHA-256."""
     ref = scenario.reference
-    return {
+    spec: dict[str, Any] = {
         "reference": ref.model_dump(mode="json", exclude_none=True) if ref else None,
         "check_sql": scenario.check_sql,
     }
+    if scenario.prediction is not None and scenario.prediction.labels is not None:
+        path = labels_file(scenario)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+        spec["prediction"] = scenario.prediction.model_dump(mode="json", exclude_none=True)
+        spec["labels_sha256"] = digest
+    return spec
 
 
 def read_lock(path: Path) -> dict[str, dict[str, Any]]:
@@ -140,8 +149,17 @@ def _scalar_problem(kind: str, value: Any) -> str | None:
 
 def check_values(scenario: Scenario, values: dict[str, Any]) -> list[Problem]:
     """Every locked value that does not fit its metric's declared kind, located at the
-    metric's `kind` in the scenario file."""
+    metric's `kind` in the scenario file. A prediction's values are its hidden cohort: rows of
+    entity, label and baseline."""
     out: list[Problem] = []
+    if scenario.prediction is not None:
+        rows = values.get("cohort")
+        fields = {"entity", "label", "baseline"}
+        if not isinstance(rows, list) or not rows:
+            return [(("prediction", "labels"), "the reference has no scoring cohort")]
+        if not all(isinstance(r, dict) and set(r) == fields for r in rows):
+            return [(("prediction", "labels"), f"every cohort row has exactly {sorted(fields)}")]
+        return []
     for index, metric in enumerate(scenario.metrics):
         loc: tuple[str | int, ...] = ("metrics", index, "kind")
         if metric.name not in values:

@@ -37,13 +37,18 @@ from pytest_backintel.collect.lockfile import (
     render_lock,
     spec_of,
 )
+from pytest_backintel.collect.prediction_refs import (
+    PredictionReferenceError,
+    calibrate,
+    own_cohort,
+)
 from pytest_backintel.collect.suites import rebound
 from pytest_backintel.collect.user_data import NATIVE, check_world, user_source
 from pytest_backintel.collect.worlds import data_dir
 from pytest_backintel.evidence.dialects import translate
 from pytest_backintel.scenario import MetricKind, Scenario
 from pytest_backintel.tolerance import compare_metric
-from stores.base import ProvisionedStore
+from stores.base import DatasetFiles, ProvisionedStore
 from stores.pg_conn import redact
 
 __all__ = [
@@ -198,6 +203,45 @@ def _agree(scenario: Scenario, found: dict[str, dict[str, Any]]) -> dict[str, An
     return {m.name: values[m.name] for m in scenario.metrics}
 
 
+def _prediction_reference(
+    scenario: Scenario, data: ReferenceData, dialect: str, files: DatasetFiles
+) -> dict[str, dict[str, Any]]:
+    """The hidden cohort of a prediction scenario from its labels file, the reference program
+    checked on the data and on the shuffled copies (a SQLite source)."""
+    from pytest_backintel.evidence.item_python import evidence_runner
+    from pytest_backintel.sandbox.registry import create_provider
+
+    assert scenario.check_python is not None
+    code = scenario.check_python
+    try:
+        values = own_cohort(scenario, lambda sql: data.query(translate(sql, dialect)))
+        if files.sqlite_path is None:
+            return {"prediction.labels": values}
+        with tempfile.TemporaryDirectory(prefix="backintel-sandbox-") as tmp:
+            provider = create_provider(None, Path(tmp))
+            provider.setup_session()
+            try:
+                runners = evidence_runner(lambda: provider)
+
+                def run(path: Path) -> Mapping[str, Any]:
+                    runner = runners(path, None)
+                    assert runner is not None
+                    try:
+                        return runner(code)
+                    except Exception as exc:
+                        raise PredictionReferenceError(
+                            f"the reference program (check_python) failed: {exc}",
+                            ("check_python",),
+                        ) from exc
+
+                calibrate(scenario, values, files.sqlite_path, run)
+            finally:
+                provider.teardown_session()
+    except PredictionReferenceError as exc:
+        raise ReferenceBuildError(str(exc), exc.loc) from exc
+    return {"prediction.labels": values}
+
+
 def compute_entry(path: Path, scenario: Scenario, root: Path) -> dict[str, Any]:
     """One lock entry: the values, the data hash and the spec, computed on a fresh copy."""
     source = user_source(scenario.dataset)
@@ -210,7 +254,11 @@ def compute_entry(path: Path, scenario: Scenario, root: Path) -> dict[str, Any]:
             item = store.provision(files)
             try:
                 data_hash = item.fingerprint().logical
-                found = _candidates(scenario, item, store.dialect, source.kind, root)
+                if scenario.prediction is not None:
+                    data = ReferenceData(source.kind, item.mount_path, item)
+                    found = _prediction_reference(scenario, data, store.dialect, files)
+                else:
+                    found = _candidates(scenario, item, store.dialect, source.kind, root)
             finally:
                 item.teardown()
         finally:
@@ -224,7 +272,7 @@ def compute_entry(path: Path, scenario: Scenario, root: Path) -> dict[str, Any]:
         "data_hash": data_hash,
         "spec": spec_of(scenario),
         "computed_by": next(iter(found)),
-        "values": _agree(scenario, found),
+        "values": found["prediction.labels"] if scenario.prediction else _agree(scenario, found),
     }
 
 

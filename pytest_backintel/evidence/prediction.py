@@ -1,10 +1,16 @@
-"""Prediction evidence: the predictions table read strictly, a re-run compared within the
-scenario's declared tolerance, and the training-label permutation the program runs again on.
+"""Prediction evidence: the two copies of the store a prediction program runs again on.
 
-A program that learned from the training cohort loses its edge over the baseline when the
-training labels are permuted; one that keeps it used something else (hard-coded predictions,
-a leaked label). The permuted copy is a SQLite copy of the dataset whose training table's
-label column is shuffled with the scenario's fixed seed.
+- `labels`: the training table's label column permuted between its rows. A program that
+  learned from the training cohort loses its edge over the baseline there; one that keeps it
+  used something else (hard-coded predictions, a leaked label).
+- `features`: every column of the scoring table but the entity shuffled between its rows, each
+  column on its own. The features no longer belong to their entities, so a program that predicts
+  from them gives other predictions that lose their edge; one whose predictions do not move at
+  all, or keep their edge, did not predict from the features (hard-coded by entity).
+
+Both are SQLite copies of the dataset shuffled with the scenario's `permutation_seed`, built
+once per dataset. The scorer (`pytest_backintel.scoring.prediction`) turns either re-run
+keeping its edge into `unsupported_evidence`.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytest_backintel.contract import AnalystAnswer
 from pytest_backintel.evidence.perturb import DONE_FILE, build_once
@@ -25,14 +31,35 @@ from pytest_backintel.evidence.reexecute import EvidenceResult
 from pytest_backintel.scenario import PredictionSpec, Scenario
 
 STORE_FILE = "permuted.sqlite"
+Check = Literal["labels", "features"]
+CHECKS: tuple[Check, ...] = ("labels", "features")
+"""The re-runs of a prediction program, in the order they run."""
 
-__all__ = ["PermutedRun", "permutation_run", "permuted_copy"]
+__all__ = ["CHECKS", "Check", "PermutedRun", "permutation_run", "permuted_copy", "shuffled_copy"]
 
 
-def permuted_copy(sqlite_path: Path, spec: PredictionSpec, cache_dir: Path, tag: str = "") -> Path:
-    """A SQLite copy of `sqlite_path` whose training labels are permuted (seeded); built once
-    (xdist-safe) per dataset (`tag`, e.g. its data hash), table, label and seed."""
-    name = f"{tag}|{sqlite_path}|{spec.training_table}|{spec.target}|{spec.permutation_seed}"
+def _shuffle_column(con: sqlite3.Connection, table: str, column: str, rng: random.Random) -> None:
+    rows = con.execute(f'SELECT rowid, "{column}" FROM "{table}" ORDER BY rowid').fetchall()
+    values = [r[1] for r in rows]
+    rng.shuffle(values)
+    con.executemany(
+        f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?',
+        [(value, r[0]) for value, r in zip(values, rows, strict=True)],
+    )
+
+
+def _columns(con: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in con.execute(f'PRAGMA table_info("{table}")').fetchall()]
+
+
+def shuffled_copy(
+    sqlite_path: Path, spec: PredictionSpec, cache_dir: Path, check: Check, tag: str = ""
+) -> Path:
+    """A SQLite copy of `sqlite_path` for one re-run (`labels`: the training labels permuted;
+    `features`: each scoring feature column shuffled between rows), seeded with the scenario's
+    `permutation_seed`; built once (xdist-safe) per dataset (`tag`, e.g. its data hash)."""
+    table = spec.training_table if check == "labels" else spec.scoring_table
+    name = f"{tag}|{sqlite_path}|{check}|{table}|{spec.target}|{spec.permutation_seed}"
     final = cache_dir / hashlib.sha256(name.encode()).hexdigest()[:16]
 
     def build(tmp: Path) -> None:
@@ -40,14 +67,13 @@ def permuted_copy(sqlite_path: Path, spec: PredictionSpec, cache_dir: Path, tag:
         shutil.copyfile(sqlite_path, target)
         con = sqlite3.connect(target)
         try:
-            table, column = spec.training_table, spec.target
-            rows = con.execute(f'SELECT rowid, "{column}" FROM "{table}" ORDER BY rowid').fetchall()
-            labels = [r[1] for r in rows]
-            random.Random(spec.permutation_seed).shuffle(labels)
-            con.executemany(
-                f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?',
-                [(label, r[0]) for label, r in zip(labels, rows, strict=True)],
-            )
+            rng = random.Random(spec.permutation_seed)
+            if check == "labels":
+                _shuffle_column(con, table, spec.target, rng)
+            else:
+                for column in _columns(con, table):
+                    if column != spec.entity:
+                        _shuffle_column(con, table, column, rng)
             con.commit()
         finally:
             con.close()
@@ -58,13 +84,19 @@ def permuted_copy(sqlite_path: Path, spec: PredictionSpec, cache_dir: Path, tag:
     return final / STORE_FILE
 
 
+def permuted_copy(sqlite_path: Path, spec: PredictionSpec, cache_dir: Path, tag: str = "") -> Path:
+    """`shuffled_copy` with the training labels permuted."""
+    return shuffled_copy(sqlite_path, spec, cache_dir, "labels", tag)
+
+
 @dataclass
 class PermutedRun:
-    """The cited program re-run with the training labels permuted."""
+    """The cited program re-run on one shuffled copy (`check`)."""
 
     evidence_id: str
     predictions: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    check: Check = "labels"
 
     def to_json(self) -> dict[str, Any]:
         return {"evidence": self.evidence_id, "error": self.error, "n": len(self.predictions)}
@@ -75,8 +107,9 @@ def permutation_run(
     answer: AnalystAnswer,
     evidence: Sequence[EvidenceResult],
     runner: Callable[[str], Mapping[str, Any]] | None,
+    check: Check = "labels",
 ) -> PermutedRun | None:
-    """Re-run the first Python evidence that reproduced the predictions on the permuted copy;
+    """Re-run the first Python evidence that reproduced the predictions on the `check` copy;
     None when there is none (the scorer reports the missing evidence) or no runner."""
     spec = scenario.prediction
     if spec is None or runner is None:
@@ -86,7 +119,7 @@ def permutation_run(
     for res in evidence:
         if res.kind != "python" or not res.ok or name not in res.reproduced or res.id not in cited:
             continue
-        out = PermutedRun(res.id)
+        out = PermutedRun(res.id, check=check)
         try:
             printed = runner(res.code)
         except Exception as exc:  # the program's failure there is the analyst's finding

@@ -19,7 +19,7 @@ from pytest_backintel.collect.manifests import manifest_reference
 from pytest_backintel.collect.user_data import world_for
 from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
 from pytest_backintel.evidence.item_python import evidence_runner
-from pytest_backintel.evidence.prediction import permutation_run, permuted_copy
+from pytest_backintel.evidence.prediction import CHECKS, Check, permutation_run, shuffled_copy
 from pytest_backintel.evidence.probe import Probes
 from pytest_backintel.evidence.query_channel import SessionSource
 from pytest_backintel.evidence.reexecute import EvidenceResult, reexecute
@@ -69,14 +69,15 @@ class HandScorer:
     def _python(self, mount: Path | None, session: SessionSource | None = None) -> Any:
         return evidence_runner(self.sandboxes)(mount, session)
 
-    def _permuted_python(self, scenario: Scenario) -> Any:
-        """Python evidence over the prediction dataset with its training labels permuted, as a
-        trial re-runs it (`permuted_copy`); None without a SQLite build."""
+    def _permuted_python(self, scenario: Scenario, check: Check) -> Any:
+        """Python evidence over the prediction dataset with its training labels permuted or its
+        scoring features shuffled, as a trial re-runs it (`shuffled_copy`); None without a
+        SQLite build."""
         files, data_hash = self.dataset(scenario)
         if scenario.prediction is None or files.sqlite_path is None:
             return None
-        copy = permuted_copy(
-            files.sqlite_path, scenario.prediction, self.data_dir / "permuted", data_hash
+        copy = shuffled_copy(
+            files.sqlite_path, scenario.prediction, self.data_dir / "permuted", check, data_hash
         )
         return evidence_runner(self.sandboxes)(copy, None)
 
@@ -119,8 +120,11 @@ class HandScorer:
             self.probe_gaps = sorted({gap for probe in probes for gap in probe.gaps(scenario)})
         reference = self.reference(scenario, manifest)
         if scenario.prediction is not None and isinstance(output, AnalystAnswer):
-            permuted = permutation_run(scenario, output, evidence, self._permuted_python(scenario))
-            score = score_prediction(scenario, output, evidence, reference, permuted)
+            permuted, perturbed = (
+                permutation_run(scenario, output, evidence, self._permuted_python(scenario, c), c)
+                for c in CHECKS
+            )
+            score = score_prediction(scenario, output, evidence, reference, permuted, perturbed)
         else:
             score = score_answer(scenario, output, evidence, reference)
         if isinstance(output, AnalystAnswer) and scenario.scope is not None:  # cited reads

@@ -20,7 +20,7 @@ from pytest_backintel.collect.suites import rebound
 from pytest_backintel.collect.user_data import check_name, user_source, world_for
 from pytest_backintel.collect.worlds import World, data_dir
 from pytest_backintel.evidence.item_python import ItemPython, evidence_runner
-from pytest_backintel.evidence.prediction import permuted_copy
+from pytest_backintel.evidence.prediction import Check, shuffled_copy
 from pytest_backintel.evidence.probe import DataProbe, Probes
 from pytest_backintel.freeze.lock import (
     FreezeError,
@@ -59,6 +59,7 @@ from pytest_backintel.sandbox.registry import (
     create_provider,
     load_provider_class,
 )
+from pytest_backintel.sandbox.seed import SANDBOX_SEED
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring.judging import check_judge, judge_trial
 from stores.base import DatasetFiles, ProvisionedStore, Store
@@ -182,14 +183,17 @@ class BenchSession:
             return []
         return self.probes.get(spec, self.store_for(scenario), files, python, data_hash)
 
-    def permuted_python(self, scenario: Scenario) -> Callable[[str], Mapping[str, Any]] | None:
+    def permuted_python(
+        self, scenario: Scenario, check: Check = "labels"
+    ) -> Callable[[str], Mapping[str, Any]] | None:
         """A Python evidence runner over the prediction scenario's dataset with its training
-        labels permuted (a SQLite copy built once); None without a SQLite build."""
+        labels permuted or its scoring features shuffled (`check`; a SQLite copy built once);
+        None without a SQLite build."""
         spec = scenario.prediction
         files, data_hash = self.dataset(scenario)
         if spec is None or files.sqlite_path is None:
             return None
-        copy = permuted_copy(files.sqlite_path, spec, self.data_dir / "permuted", data_hash)
+        copy = shuffled_copy(files.sqlite_path, spec, self.data_dir / "permuted", check, data_hash)
         return evidence_runner(lambda: self.sandboxes)(copy, None)
 
     @property
@@ -226,7 +230,12 @@ class BenchSession:
             cls = load_provider_class(self.options.sandbox)
         except UnknownSandboxError as exc:
             raise pytest.UsageError(str(exc)) from exc
-        return {"backend": self.options.sandbox, "unsafe": cls.unsafe, "warning": cls.warning}
+        return {
+            "backend": self.options.sandbox,
+            "unsafe": cls.unsafe,
+            "warning": cls.warning,
+            "seed": SANDBOX_SEED,  # every sandboxed run's (`pytest_backintel.sandbox.seed`)
+        }
 
     def prepare_items(self, items: list[pytest.Item]) -> None:
         """Fail fast on a bad analyst; keep reserved scenarios out of unfrozen runs."""
@@ -341,7 +350,9 @@ class BenchSession:
                 verify_data=lambda: self.verify_data(scenario),
                 case_key=key,
                 probes=lambda: self.probes_for(scenario, python is not None),
-                permuted=lambda: self.permuted_python(scenario) if python is not None else None,
+                permuted=lambda check: (
+                    self.permuted_python(scenario, check) if python is not None else None
+                ),
             )
             span.finish(result.score.outcome.value)
         return result, span.trace_id

@@ -23,7 +23,7 @@ from pytest_backintel.analyst_api import (
 )
 from pytest_backintel.contract import AnalystAnswer, Refusal
 from pytest_backintel.evidence.dialects import SOURCE_DIALECT, translate
-from pytest_backintel.evidence.prediction import PermutedRun, permutation_run
+from pytest_backintel.evidence.prediction import CHECKS, Check, PermutedRun, permutation_run
 from pytest_backintel.evidence.probe import DataProbe
 from pytest_backintel.evidence.reexecute import (
     EvidenceBudget,
@@ -205,12 +205,13 @@ def run_trial(
     verify_data: Callable[[], list[str]] = list,
     case_key: str | None = None,
     probes: Callable[[], Sequence[DataProbe]] | None = None,
-    permuted: Callable[[], PythonRunner | None] | None = None,
+    permuted: Callable[[Check], PythonRunner | None] | None = None,
 ) -> TrialResult:
     """Run one trial. The reference is loaded only after the analyst has answered; the
-    dataset's pinned files (`verify_data`) are checked before and after; evidence is also run on
-    the data probes (`probes`, built only when the answer cites evidence); a prediction's
-    program also on the training-label permutation (`permuted`, a runner over that copy)."""
+        dataset's pinned files (`verify_data`) are checked before and after; evidence is also run on
+        the data probes (`probes`, built only when the answer cites evidence); a prediction's
+        program also on the training-label permutation and on the shuffled scoring features
+    (`permuted`, a runner over the copy of each `Check`)."""
     before = store.fingerprint()
     if problems := verify_data():
         failed = TrialResult(scenario, trial, store.display_id, TrialScore(Outcome.NOT_RUN), None)
@@ -243,7 +244,7 @@ def run_trial(
         latency_s=latency,
         fingerprint_before=asdict(before),
     )
-    permuted_run: PermutedRun | None = None
+    reruns: dict[Check, PermutedRun | None] = {}
     if failure is not None:
         result.score = TrialScore.from_reasons([failure])
     else:
@@ -267,9 +268,10 @@ def run_trial(
                 )
                 result.probe_gaps = sorted({g for probe in chosen for g in probe.gaps(scenario)})
                 if scenario.prediction is not None and permuted is not None:
-                    permuted_run = permutation_run(
-                        scenario, run.output, result.evidence, permuted()
-                    )
+                    for check in CHECKS:
+                        reruns[check] = permutation_run(
+                            scenario, run.output, result.evidence, permuted(check), check
+                        )
             except (InfraError, StoreError) as exc:
                 result.score = TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, str(exc))])
                 return result
@@ -288,7 +290,12 @@ def run_trial(
         try:
             if scenario.prediction is not None and isinstance(run.output, AnalystAnswer):
                 result.score = score_prediction(
-                    scenario, run.output, result.evidence, reference, permuted_run
+                    scenario,
+                    run.output,
+                    result.evidence,
+                    reference,
+                    reruns.get("labels"),
+                    reruns.get("features"),
                 )
             else:
                 result.score = score_answer(scenario, run.output, result.evidence, reference)

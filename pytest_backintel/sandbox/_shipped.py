@@ -11,6 +11,7 @@ from typing import Any
 
 from pytest_backintel.sandbox.base import WORKSPACE, channel_inside, store_inside
 from pytest_backintel.sandbox.limits import Limits
+from pytest_backintel.sandbox.seed import seed_env
 
 __all__ = [
     "BIN_INSIDE",
@@ -35,7 +36,12 @@ SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 
 _HERE = Path(__file__).parent
-_SHIPPED = ("_launcher.py", "backintel_store.py")
+_SHIPPED = {
+    "_launcher.py": "_launcher.py",
+    "backintel_store.py": "backintel_store.py",
+    "_seeding.py": "sitecustomize.py",
+}
+"""Package file -> its name in the sandbox's lib folder (first on PYTHONPATH)."""
 
 
 def write_shipped(dest: Path, interpreter: Path) -> Path:
@@ -49,8 +55,8 @@ def write_shipped(dest: Path, interpreter: Path) -> Path:
     etc = dest / "etc"
     lib.mkdir(parents=True, exist_ok=True)
     etc.mkdir(parents=True, exist_ok=True)
-    for name in _SHIPPED:
-        shutil.copyfile(_HERE / name, lib / name)
+    for name, inside in _SHIPPED.items():
+        shutil.copyfile(_HERE / name, lib / inside)
     (etc / "passwd").write_text(
         f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
         f"sandbox:x:{SANDBOX_UID}:{SANDBOX_GID}:sandbox:{WORKSPACE}:/usr/sbin/nologin\n"
@@ -96,6 +102,7 @@ def sandbox_env(
         "PYTHONNOUSERSITE": "1",
         "BACKINTEL_WORKSPACE": workspace,
         **limits.thread_env(),
+        **seed_env(),
     }
     if store is not None:
         env["BACKINTEL_STORE"] = store

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Protocol, Self
 
 from pytest_backintel.sandbox.limits import LimitHit, Limits
+from pytest_backintel.sandbox.seed import SANDBOX_SEED
 from stores.owner import mark_folder
 
 __all__ = [
@@ -330,6 +331,7 @@ class SandboxProvider(ABC):
             "unsafe": self.unsafe,
             "warning": self.warning,
             "limits": asdict(self.limits),
+            "seed": SANDBOX_SEED,
         }
 
     def __enter__(self) -> Self:

@@ -4,7 +4,8 @@ scenario's pass criteria (all required) checked against the baseline.
 
 The program that produced the predictions must be cited as Python evidence, reproduce them
 within the declared tolerance, and lose its edge when re-run with the training labels
-permuted (`pytest_backintel.evidence.prediction`); otherwise the trial is
+permuted and when re-run with the scoring features shuffled between entities, where its
+predictions must also move (`pytest_backintel.evidence.prediction`); otherwise the trial is
 `unsupported_evidence`.
 """
 
@@ -23,7 +24,14 @@ from pytest_backintel.outcomes import Outcome
 from pytest_backintel.scenario import CRITERION, PredictionSpec, Scenario
 from pytest_backintel.scoring.score import Reason, TrialScore, evidence_reasons
 
-__all__ = ["Criterion", "check_criteria", "hidden_cohort", "prediction_metrics", "score_prediction"]
+__all__ = [
+    "Criterion",
+    "check_criteria",
+    "hidden_cohort",
+    "prediction_metrics",
+    "score_prediction",
+    "shortfall",
+]
 
 EPS = 1e-15
 """Probabilities are clipped to [EPS, 1 - EPS] for log loss (a 0 or 1 would be infinite)."""
@@ -96,39 +104,80 @@ def _assess(
     return model, base, check_criteria(spec, model, base)
 
 
+def shortfall(scenario: Scenario, printed: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
+    """'' when a program's printed predictions meet every criterion of `scenario` against the
+    hidden labels of `reference`, else what falls short (how a reference program is checked)."""
+    spec = scenario.prediction
+    assert spec is not None
+    preds, problems = prediction_rows(spec, printed.get(scenario.metrics[0].name))
+    ids, _, _ = hidden_cohort(reference)
+    if problems or set(ids) - set(preds):
+        return "; ".join(problems[:3]) or "it does not predict every scoring entity"
+    _, _, criteria = _assess(spec, preds, reference)
+    return "; ".join(f"{c.text}: {c.value} against {c.bound}" for c in criteria if not c.ok)
+
+
 def _fmt(value: float | None) -> str:
     return "undefined" if value is None else f"{value:.4f}"
 
 
-def _permutation_reasons(
-    spec: PredictionSpec, permuted: PermutedRun | None, reference: Mapping[str, Any]
+_WHAT = {
+    "labels": "with the training labels permuted",
+    "features": "with the scoring features shuffled between entities",
+}
+
+
+def _unsupported(run: PermutedRun, why: str) -> Reason:
+    return Reason(Outcome.UNSUPPORTED_EVIDENCE, f"evidence {run.evidence_id}: {why}")
+
+
+def _rerun_reasons(
+    spec: PredictionSpec,
+    run: PermutedRun | None,
+    reference: Mapping[str, Any],
+    reported: Mapping[str, float],
 ) -> tuple[list[Reason], dict[str, Any] | None]:
-    if permuted is None:
+    """The rule of one re-run on a shuffled copy (`run.check`): it must run and predict every
+    scoring entity, and must not meet every criterion (keep its edge); on shuffled features its
+    predictions must also move (at least one by more than the tolerance)."""
+    if run is None:
         return [], None
-    if permuted.error is not None:
-        why = f"with permuted training labels the program failed: {permuted.error}"
-        return [Reason(Outcome.UNSUPPORTED_EVIDENCE, f"evidence {permuted.evidence_id}: {why}")], {
-            **permuted.to_json()
-        }
+    what = _WHAT[run.check]
+    record: dict[str, Any] = run.to_json()
+    if run.error is not None:
+        return [_unsupported(run, f"{what}, the program failed: {run.error}")], record
     ids, _, _ = hidden_cohort(reference)
-    if set(ids) - set(permuted.predictions):
-        why = "with permuted training labels the program no longer predicts every scoring entity"
-        return [Reason(Outcome.UNSUPPORTED_EVIDENCE, f"evidence {permuted.evidence_id}: {why}")], {
-            **permuted.to_json()
-        }
-    model, _, criteria = _assess(spec, permuted.predictions, reference)
-    record = {**permuted.to_json(), "metrics": model, "criteria_met": all(c.ok for c in criteria)}
-    if all(c.ok for c in criteria):
-        return [
-            Reason(
-                Outcome.UNSUPPORTED_EVIDENCE,
-                f"evidence {permuted.evidence_id}: re-run with the training labels permuted, the "
-                "program still meets every criterion against the baseline ("
-                + "; ".join(f"{c.text}: {_fmt(c.value)}" for c in criteria)
-                + "): its predictions do not come from the training data (hard-coded or leaked)",
+    if set(ids) - set(run.predictions):
+        return [_unsupported(run, f"{what}, the program no longer predicts every entity")], record
+    reasons: list[Reason] = []
+    if run.check == "features" and reported:
+        moved = sum(
+            1
+            for e in ids
+            if e in reported and abs(run.predictions[e] - reported[e]) > spec.tolerance
+        )
+        record["moved"] = moved
+        if moved == 0:
+            reasons.append(
+                _unsupported(
+                    run,
+                    f"{what}, not one of the {len(ids)} predictions moved: they do not depend on "
+                    "the features (hard-coded per entity)",
+                )
             )
-        ], record
-    return [], record
+    model, _, criteria = _assess(spec, run.predictions, reference)
+    record |= {"metrics": model, "criteria_met": all(c.ok for c in criteria)}
+    if all(c.ok for c in criteria) and not reasons:
+        reasons.append(
+            _unsupported(
+                run,
+                f"re-run {what}, the program still meets every criterion against the baseline ("
+                + "; ".join(f"{c.text}: {_fmt(c.value)}" for c in criteria)
+                + "): its predictions do not come from the training data and the features "
+                "(hard-coded or leaked)",
+            )
+        )
+    return reasons, record
 
 
 def score_prediction(
@@ -137,9 +186,11 @@ def score_prediction(
     evidence: list[EvidenceResult],
     reference: Mapping[str, Any],
     permuted: PermutedRun | None,
+    perturbed: PermutedRun | None = None,
 ) -> TrialScore:
     """Score a prediction answer: metrics and criteria against the hidden labels, evidence
-    reproduced and cited as Python, and the permutation check."""
+    reproduced and cited as Python, and the re-runs on permuted training labels (`permuted`)
+    and on shuffled scoring features (`perturbed`)."""
     spec = scenario.prediction
     assert spec is not None
     name = scenario.metrics[0].name
@@ -187,8 +238,8 @@ def score_prediction(
             )
         )
     reasons += evidence_reasons(evidence)
-    perm_reasons, perm_record = _permutation_reasons(spec, permuted, reference)
-    reasons += perm_reasons
-    record["permuted"] = perm_record
+    for key, run in (("permuted", permuted), ("perturbed", perturbed)):
+        more, record[key] = _rerun_reasons(spec, run, reference, predictions)
+        reasons += more
     score = TrialScore.from_reasons(reasons)
     return TrialScore(score.outcome, score.reasons, score.checks, prediction=record)

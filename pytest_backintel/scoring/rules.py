@@ -3,10 +3,11 @@ custom analyst is measured on the same terms as the built-in one."""
 
 from __future__ import annotations
 
+from pytest_backintel.sandbox.seed import SANDBOX_SEED, SEED_ENV
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.tolerance import TOLERANCE
 
-__all__ = ["COMPARISON_RULES", "answer_rules"]
+__all__ = ["COMPARISON_RULES", "PREDICTION_RULES", "answer_rules"]
 
 COMPARISON_RULES = (
     "How answers are compared: counts exactly; money in major currency units (e.g. BRL, not "
@@ -20,8 +21,22 @@ COMPARISON_RULES = (
 )
 
 
+PREDICTION_RULES = (
+    "Predictions: the cited program is run again by the harness, on the store, on a copy whose "
+    "training labels are permuted and on a copy whose scoring features are shuffled between "
+    "entities; it must reproduce the reported predictions on the store and must not keep its "
+    f"edge on those copies. Every Python run has the seed fixed by the harness: {SEED_ENV}="
+    f"{SANDBOX_SEED} and PYTHONHASHSEED={SANDBOX_SEED} in the environment, and `random` and "
+    "NumPy's global generator (what scikit-learn uses when random_state is None) seeded with it "
+    "on import; seed any generator of your own."
+)
+
+
 def answer_rules(scenario: Scenario) -> str:
     """The contract every question is scored by. The same text for every question, answerable
     or not (listing the metrics would tell an analyst which questions can be answered); the
-    question itself names its metrics and units."""
+    question itself names its metrics and units. A prediction question (which says so itself)
+    also gets how its program is re-run and the seed the harness fixes."""
+    if scenario.prediction is not None:
+        return f"{COMPARISON_RULES} {PREDICTION_RULES}"
     return COMPARISON_RULES
