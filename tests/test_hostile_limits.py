@@ -142,8 +142,9 @@ UNCONVERTIBLE: dict[str, list[str]] = {
         "SELECT 'NaN'::numeric AS n, 'Infinity'::float8 AS f, 1e500::numeric AS huge",
     ],
     "duckdb": [
-        "SELECT 'infinity'::timestamp AS t",
-        "SELECT '-infinity'::date AS d",
+        "SELECT 'infinity'::timestamp AS t, '-infinity'::timestamp AS u",
+        "SELECT '-infinity'::date AS d, 'infinity'::timestamptz AS z, DATE '9999-12-31' AS real",
+        "SELECT 'infinity'::timestamp_ns AS n, 'infinity'::date AS d, NULL::date AS none",
         "SELECT '20000-01-01'::timestamp AS far",
         "SELECT 'nan'::double AS n, 'inf'::double AS f, " + "9" * 38 + "::decimal(38,0) AS h",
     ],
@@ -152,8 +153,9 @@ UNCONVERTIBLE: dict[str, list[str]] = {
 EXPECTED: dict[str, list[str]] = {
     "postgres": ["infinity", "-infinity", "infinity\t-infinity",
                  "20000-01-01 12:34:56\t20000-01-01", "NaN\tinf\t1" + "0" * 500],
-    # DuckDB's Python client gives its infinities as datetime.max and date.min
-    "duckdb": ["9999-12-31 23:59:59.999999", "0001-01-01", "20000-01-01", "nan\tinf\t" + "9" * 38],
+    # DuckDB's Python client gives its infinities as datetime.max and date.min: named instead
+    "duckdb": ["infinity\t-infinity", "-infinity\tinfinity\t9999-12-31", "infinity\tinfinity\tNULL",
+               "20000-01-01", "nan\tinf\t" + "9" * 38],
     "sqlite": ["inf\t-inf", "NULL\t1e+19"],
 }  # fmt: skip
 
