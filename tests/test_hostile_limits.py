@@ -35,7 +35,7 @@ from stores.base import (
 )
 from stores.registry import load_store_class
 
-BACKENDS = ["sqlite", "duckdb", "postgres"]
+BACKENDS = ["sqlite", "duckdb", "lake-parquet", "postgres"]
 STATEMENT_S = 1.0
 SCENARIO = Scenario.model_validate(
     {"id": "hostile-budget", "version": 1, "title": "hostile", "question": "How many orders?",
@@ -150,6 +150,7 @@ UNCONVERTIBLE: dict[str, list[str]] = {
     ],
     "sqlite": ["SELECT 9e999 AS f, -9e999 AS g", "SELECT 0.0 / 0 AS n, 10000000000000000000 AS h"],
 }
+UNCONVERTIBLE["lake-parquet"] = UNCONVERTIBLE["duckdb"]  # DuckDB's engine over Parquet views
 EXPECTED: dict[str, list[str]] = {
     "postgres": ["infinity", "-infinity", "infinity\t-infinity",
                  "20000-01-01 12:34:56\t20000-01-01", "NaN\tinf\t1" + "0" * 500],
@@ -158,6 +159,7 @@ EXPECTED: dict[str, list[str]] = {
                "20000-01-01", "nan\tinf\t" + "9" * 38],
     "sqlite": ["inf\t-inf", "NULL\t1e+19"],
 }  # fmt: skip
+EXPECTED["lake-parquet"] = EXPECTED["duckdb"]
 
 
 def scripted(statements: list[str], seen: list[str]) -> FunctionModel:
