@@ -185,3 +185,25 @@ def test_mirror_stops_at_its_budget_and_follows_no_link(tmp_path: Path) -> None:
     assert not mirror(src, dst, 6000)  # 10,000 bytes of contents do not fit 6,000
     held = sum(p.stat().st_size for p in dst.rglob("*") if p.is_file() and not p.is_symlink())
     assert held <= 6000
+
+
+def test_workspace_files_count_against_the_memory_limit(tmp_path: Path) -> None:
+    # 400 MB of files against 512 MB of disk but 256 MB of memory: the tmpfs is memory.
+    limits = LIMITS.with_(disk_mb=512, memory_mb=256)
+    code = (
+        "block = b'x' * (1 << 20)\n"
+        "for n in range(2):\n"
+        "    with open(f'f{n}', 'wb') as fh:\n"
+        "        for _ in range(200):\n"
+        "            fh.write(block)\n"
+        "print('written')\n"
+    )
+    with BwrapProvider(tmp_path / "p", limits=limits) as provider:
+        if not provider.cgroup_mode:
+            pytest.skip("needs a writable memory cgroup (root)")
+        with provider.open(None, tmp_path) as sandbox:
+            result = sandbox.exec(code)
+            held = _held(sandbox.workspace)
+    assert result.limit_hit == "memory", result
+    assert "written" not in result.stdout
+    assert held <= 256 * MB  # what fitted is kept

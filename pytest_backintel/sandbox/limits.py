@@ -4,7 +4,7 @@ Every backend enforces the same `Limits`: rlimits applied by the launcher to eac
 data segment, address space, file size, open files, and processes where no cgroup exists), a
 wall-clock timer and an output cap kept by the host, totals for the whole process tree
 (processes, resident memory and CPU time through a cgroup, or the engine's limits) and the disk
-the run fills (watched by the host). `classify` turns what was observed into one `LimitHit` name.
+the run fills (a size-limited tmpfs on bwrap, watched by the host elsewhere). `classify` turns what was observed into one `LimitHit` name.
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ class Limits:
     max_file_size_mb: int = 256
     """The largest file the payload may write (RLIMIT_FSIZE)."""
     disk_mb: int = 1024
-    """All the files the workspace may hold at once (watched by the host, which kills the tree
-    once a run grows the workspace past it)."""
+    """All the files the workspace may hold at once: on bwrap the size of its tmpfs (a write
+    past it fails with ENOSPC; the pages count as memory), elsewhere watched by the host, which
+    kills the tree once a run grows the workspace past it."""
     max_open_files: int = 256
     """RLIMIT_NOFILE."""
     max_output_bytes: int = 64 * 1024
