@@ -4,7 +4,8 @@ Every backend enforces the same `Limits`: rlimits applied by the launcher to eac
 data segment, address space, file size, open files, and processes where no cgroup exists), a
 wall-clock timer and an output cap kept by the host, totals for the whole process tree
 (processes, resident memory and CPU time through a cgroup, or the engine's limits) and the disk
-the run fills (a size-limited tmpfs on bwrap, watched by the host elsewhere). `classify` turns what was observed into one `LimitHit` name.
+the run fills (a size-limited tmpfs on bwrap, watched by the host elsewhere). `classify` turns
+what was observed into one `LimitHit` name.
 """
 
 from __future__ import annotations
