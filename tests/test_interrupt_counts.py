@@ -100,3 +100,30 @@ def test_sigint_mid_run_counts_agree_with_the_records(
     left = [p for p in (data / "stores").glob("*/*") if p.name.isdigit()]
     left += list((data / "sandbox").glob("*")) if (data / "sandbox").exists() else []
     assert left == [], left
+
+
+def test_only_this_sessions_unreported_records_are_marked(tmp_path: Path) -> None:
+    from pytest_backintel.records.interrupted import mark_unreported, part_lengths
+
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    earlier = {"nodeid": "a.yaml::x[1]", "outcome": "pass", "reasons": []}
+    (parts / "records-gw0.jsonl").write_text(json.dumps(earlier) + "\n")
+    before = part_lengths(tmp_path)  # a resumed session starts here
+    mine = [
+        {"nodeid": "a.yaml::y[1]", "outcome": "pass", "reasons": []},
+        {"nodeid": "a.yaml::z[1]", "outcome": "wrong_value", "reasons": [{"outcome": "x"}]},
+    ]
+    with (parts / "records-gw0.jsonl").open("a") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in mine)
+    (parts / "records-gw1.jsonl").write_text(json.dumps(earlier | {"nodeid": "b::q"}) + "\n")
+
+    marked = mark_unreported(tmp_path, {"a.yaml::y[1]"}, before)
+    assert marked == ["a.yaml::z[1]", "b::q"]
+    rows = [json.loads(line) for line in (parts / "records-gw0.jsonl").read_text().splitlines()]
+    assert rows[0] == earlier  # an earlier session's record is never touched
+    assert rows[1]["outcome"] == "pass"  # pytest counted it
+    assert rows[2]["outcome"] == "not_run"
+    assert rows[2]["interrupted_outcome"] == "wrong_value"
+    assert rows[2]["reasons"][0]["message"].startswith("the run was interrupted (SIGINT)")
+    assert rows[2]["reasons"][1] == {"outcome": "x"}

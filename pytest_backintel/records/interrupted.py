@@ -36,7 +36,8 @@ def _interrupted(record: dict[str, Any]) -> dict[str, Any]:
         ),
         "metric": None,
     }
-    return record | {"outcome": "not_run", "interrupted_outcome": was, "reasons": [reason]}
+    reasons = [reason, *record.get("reasons", [])]
+    return record | {"outcome": "not_run", "interrupted_outcome": was, "reasons": reasons}
 
 
 def part_lengths(run_dir: Path) -> dict[str, int]:
