@@ -207,3 +207,16 @@ def test_workspace_files_count_against_the_memory_limit(tmp_path: Path) -> None:
     assert result.limit_hit == "memory", result
     assert "written" not in result.stdout
     assert held <= 256 * MB  # what fitted is kept
+
+
+def test_files_the_harness_put_past_the_limit_are_kept_whole(
+    bwrap: BwrapProvider, tmp_path: Path
+) -> None:
+    with bwrap.open(None, tmp_path) as sandbox:
+        for n in range(3):  # 96 MB by the harness itself against a 64 MB limit
+            sandbox.write_file(f"given{n}.bin", b"g" * (32 * MB))
+        listed = sandbox.exec("import os\nprint(sorted(os.listdir()))\nos.remove('given0.bin')")
+        names = sorted(p.name for p in sandbox.workspace.iterdir())
+    assert listed.ok, listed
+    assert listed.stdout == "['given0.bin', 'given1.bin', 'given2.bin']\n"
+    assert names == ["given1.bin", "given2.bin"]  # deleting one loses none of the others

@@ -42,7 +42,7 @@ from pytest_backintel.sandbox.base import (
 )
 from pytest_backintel.sandbox.cgroup import RunCgroup
 from pytest_backintel.sandbox.limits import Limits
-from pytest_backintel.sandbox.workspace_tmpfs import SEED_INSIDE
+from pytest_backintel.sandbox.workspace_tmpfs import SEED_INSIDE, tmpfs_bytes
 
 __all__ = ["BwrapProvider", "BwrapSandbox", "find_bwrap"]
 
@@ -210,7 +210,7 @@ def _writable_mounts(workspace: Path, limits: Limits) -> tuple[list[str], dict[s
     tmp = str(limits.tmp_size_mb * 1024 * 1024)
     args = ["--dev", "/dev", "--remount-ro", "/dev", "--size", tmp, "--tmpfs", "/dev/shm"]
     args += ["--size", tmp, "--tmpfs", "/tmp"]
-    size = str(limits.disk_mb * 1024 * 1024)
+    size = str(tmpfs_bytes(workspace, limits.disk_mb * 1024 * 1024))
     args += ["--ro-bind", str(workspace), SEED_INSIDE, "--size", size, "--tmpfs", WORKSPACE]
     return args, {"seed": SEED_INSIDE, "hold": True}
 

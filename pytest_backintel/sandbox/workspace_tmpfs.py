@@ -22,7 +22,7 @@ import shutil
 import stat
 from pathlib import Path
 
-__all__ = ["SEED_INSIDE", "TmpfsWorkspace", "mirror"]
+__all__ = ["SEED_INSIDE", "TmpfsWorkspace", "mirror", "tmpfs_bytes"]
 
 SEED_INSIDE = "/.workspace-seed"
 """Where the host workspace is mounted read-only inside, for the launcher to copy in."""
@@ -184,13 +184,23 @@ def _children(pid: int) -> list[int]:
 def _held(host: Path) -> tuple[int, int]:
     """(bytes, entries) the host folder holds: what the tmpfs starts with once seeded."""
     size = entries = 0
+    seen: set[tuple[int, int]] = set()
     for folder, dirs, files in os.walk(host):
         for name in (*dirs, *files):
             with contextlib.suppress(OSError):
                 st = os.lstat(os.path.join(folder, name))
-                size += max(st.st_blocks * 512, _MIN_ENTRY)
                 entries += 1
+                if (st.st_dev, st.st_ino) not in seen:  # a hard link holds nothing more
+                    seen.add((st.st_dev, st.st_ino))
+                    size += max(st.st_blocks * 512, _MIN_ENTRY)
     return size, entries
+
+
+def tmpfs_bytes(host: Path, limit_bytes: int) -> int:
+    """The size of the tmpfs for a workspace held at `host`: the limit, or, when the harness
+    itself put more than that there (`Sandbox.write_file`), room for all of it plus a little, so
+    the copy in is whole and the payload can delete files without losing the others."""
+    return max(limit_bytes, _held(host)[0] + 2 * _FULL_BELOW)
 
 
 class TmpfsWorkspace:
@@ -199,7 +209,7 @@ class TmpfsWorkspace:
     def __init__(self, host: Path, inside: str, limit_bytes: int) -> None:
         self.host = host
         self.inside = inside.lstrip("/")
-        self.limit_bytes = limit_bytes
+        self.limit_bytes = tmpfs_bytes(host, limit_bytes)
         self._outer: int | None = None
         self._start_bytes = self._start_entries = 0
         self._inner: int | None = None
