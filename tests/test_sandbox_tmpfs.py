@@ -220,3 +220,17 @@ def test_files_the_harness_put_past_the_limit_are_kept_whole(
     assert listed.ok, listed
     assert listed.stdout == "['given0.bin', 'given1.bin', 'given2.bin']\n"
     assert names == ["given1.bin", "given2.bin"]  # deleting one loses none of the others
+
+
+def test_a_full_tmp_that_fails_the_payload_is_the_disk_limit(
+    bwrap: BwrapProvider, tmp_path: Path
+) -> None:
+    code = "open('/tmp/big', 'wb').write(b'x' * (100 << 20))\n"
+    handled = "try:\n    " + code + "except OSError:\n    print('handled')\n"
+    with bwrap.open(None, tmp_path) as sandbox:
+        failed = sandbox.exec(code)
+        caught = sandbox.exec(handled)
+    assert failed.limit_hit == "disk", failed  # ENOSPC out of the 64 MB /tmp
+    assert "No space left on device" in failed.stderr
+    assert caught.ok, caught  # a handled ENOSPC is no limit hit
+    assert caught.stdout == "handled\n"

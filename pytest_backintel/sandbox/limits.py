@@ -37,6 +37,7 @@ _MEMORY_PATTERNS = re.compile(
 )
 _FORK_PATTERNS = re.compile(r"BlockingIOError: \[Errno 11\]|could not spawn threads|fork: retry")
 _FSIZE_PATTERNS = re.compile(r"\[Errno 27\] File too large")
+_NOSPACE_PATTERNS = re.compile(r"No space left on device")
 
 SIGKILL = 9
 SIGXCPU = 24
@@ -180,4 +181,6 @@ def classify(obs: Observed, limits: Limits) -> LimitHit | None:
         return "processes"
     if _FSIZE_PATTERNS.search(tail):
         return "file_size"
+    if _NOSPACE_PATTERNS.search(tail):  # a full tmpfs (/tmp, /dev/shm, the bwrap workspace)
+        return "disk"
     return None
