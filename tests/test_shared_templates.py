@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from stores._folders import TEMPLATES
+TEMPLATES = "_templates"  # stores/_folders.py: the shared templates beside the per-process folders
 
 ROOT = Path(__file__).resolve().parents[1]
 
