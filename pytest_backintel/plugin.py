@@ -72,9 +72,20 @@ def pytest_configure(config: pytest.Config) -> None:
     heap.hold()
     config.add_cleanup(heap.release)
     config.pluginmanager.register(Progress(config, LIVE), "backintel-progress")
+    config.pluginmanager.register(_Counted(bench), "backintel-counted")
     if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):
         report = HtmlReport(bench.run_dir / "traces.jsonl", config.getoption("htmlpath"))
         config.pluginmanager.register(report, "backintel-html")
+
+
+class _Counted:
+    """Tells the session which items pytest counted (its records must agree after a stop)."""
+
+    def __init__(self, bench: BenchSession) -> None:
+        self.bench = bench
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.bench.count_report(report)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -131,6 +142,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return header_lines(bench.options, bench.run_dir, bench.sandbox_description())
 
 
+@pytest.hookimpl(trylast=True)  # after xdist has stopped its workers: every record is written
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.config.stash[SESSION_KEY].finish(int(exitstatus))
 

@@ -40,7 +40,13 @@ from stores.base import (
     StoreSession,
     TableInfo,
 )
-from stores.caps import ResultCollector, cell_cap, duckdb_capped_select, statement_body
+from stores.caps import (
+    ResultCollector,
+    cell_cap,
+    duckdb_capped_select,
+    duckdb_infinite_columns,
+    statement_body,
+)
 from stores.engine_process import IsolatedSession
 from stores.fingerprint import summary_digest, tree_sha256
 from stores.plans import DuckDBPlans
@@ -134,6 +140,16 @@ def to_cell(value: Any) -> Any:
     return str(value)
 
 
+def _cells(row: tuple[Any, ...], width: int, infinite: list[int]) -> tuple[Any, ...]:
+    """A row of `duckdb_capped_select` as cells: an infinite date or timestamp as the text
+    'infinity'/'-infinity' (as PostgreSQL's are), not DuckDB's 9999-12-31/0001-01-01."""
+    cells = [to_cell(v) for v in row[:width]]
+    for i, named in zip(infinite, row[width:], strict=True):
+        if named is not None:
+            cells[i] = named
+    return tuple(cells)
+
+
 class DuckDBSession(DuckDBPlans, StoreSession):
     """A guarded read-only DuckDB connection with a per-statement timeout."""
 
@@ -177,6 +193,7 @@ class DuckDBSession(DuckDBPlans, StoreSession):
         body = statement_body(sql)
         with self._lock, _interrupt_after(self._conn, self._timeout_s) as fired:
             try:
+                infinite: list[int] = []
                 if _EXPLAIN.match(body):
                     cursor = self._conn.execute(body)
                     columns = [d[0] for d in cursor.description or []]
@@ -185,12 +202,12 @@ class DuckDBSession(DuckDBPlans, StoreSession):
                     relation = self._conn.sql(body)
                     columns = list(relation.columns)
                     cap = cell_cap(len(columns), max_rows, max_bytes)
-                    cursor = self._conn.execute(
-                        duckdb_capped_select(body, [t.id for t in relation.types], cap, max_rows)
-                    )
+                    kinds = [t.id for t in relation.types]
+                    infinite = duckdb_infinite_columns(kinds)
+                    cursor = self._conn.execute(duckdb_capped_select(body, kinds, cap, max_rows))
                 out = ResultCollector(columns, max_rows, max_bytes, cap)
                 while (batch := cursor.fetchmany(_BATCH)) and out.extend(
-                    tuple(to_cell(v) for v in row) for row in batch
+                    _cells(row, len(columns), infinite) for row in batch
                 ):
                     pass
             except duckdb.Error as exc:

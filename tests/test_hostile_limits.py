@@ -35,7 +35,7 @@ from stores.base import (
 )
 from stores.registry import load_store_class
 
-BACKENDS = ["sqlite", "duckdb", "postgres"]
+BACKENDS = ["sqlite", "duckdb", "lake-parquet", "postgres"]
 STATEMENT_S = 1.0
 SCENARIO = Scenario.model_validate(
     {"id": "hostile-budget", "version": 1, "title": "hostile", "question": "How many orders?",
@@ -142,20 +142,24 @@ UNCONVERTIBLE: dict[str, list[str]] = {
         "SELECT 'NaN'::numeric AS n, 'Infinity'::float8 AS f, 1e500::numeric AS huge",
     ],
     "duckdb": [
-        "SELECT 'infinity'::timestamp AS t",
-        "SELECT '-infinity'::date AS d",
+        "SELECT 'infinity'::timestamp AS t, '-infinity'::timestamp AS u",
+        "SELECT '-infinity'::date AS d, 'infinity'::timestamptz AS z, DATE '9999-12-31' AS real",
+        "SELECT 'infinity'::timestamp_ns AS n, 'infinity'::date AS d, NULL::date AS none",
         "SELECT '20000-01-01'::timestamp AS far",
         "SELECT 'nan'::double AS n, 'inf'::double AS f, " + "9" * 38 + "::decimal(38,0) AS h",
     ],
     "sqlite": ["SELECT 9e999 AS f, -9e999 AS g", "SELECT 0.0 / 0 AS n, 10000000000000000000 AS h"],
 }
+UNCONVERTIBLE["lake-parquet"] = UNCONVERTIBLE["duckdb"]  # DuckDB's engine over Parquet views
 EXPECTED: dict[str, list[str]] = {
     "postgres": ["infinity", "-infinity", "infinity\t-infinity",
                  "20000-01-01 12:34:56\t20000-01-01", "NaN\tinf\t1" + "0" * 500],
-    # DuckDB's Python client gives its infinities as datetime.max and date.min
-    "duckdb": ["9999-12-31 23:59:59.999999", "0001-01-01", "20000-01-01", "nan\tinf\t" + "9" * 38],
+    # DuckDB's Python client gives its infinities as datetime.max and date.min: named instead
+    "duckdb": ["infinity\t-infinity", "-infinity\tinfinity\t9999-12-31", "infinity\tinfinity\tNULL",
+               "20000-01-01", "nan\tinf\t" + "9" * 38],
     "sqlite": ["inf\t-inf", "NULL\t1e+19"],
 }  # fmt: skip
+EXPECTED["lake-parquet"] = EXPECTED["duckdb"]
 
 
 def scripted(statements: list[str], seen: list[str]) -> FunctionModel:

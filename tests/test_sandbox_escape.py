@@ -420,8 +420,10 @@ def test_four_files_of_256_mb_stop_at_the_disk_limit(
     assert result.limit_hit == "disk", result
     assert result.limit == "512 MB of files in the workspace in total"
     assert "all written" not in result.stdout
-    # Stopped near the limit: at most what a fast disk writes between two checks beyond it.
-    assert 512 << 20 < held < 768 << 20, held
+    if totals.name == "bwrap":  # a tmpfs of the limit: never a byte beyond it, kept up to it
+        assert 500 << 20 < held <= 512 << 20, held
+    else:  # a watch: at most what a fast disk writes between two checks beyond the limit
+        assert 512 << 20 < held < 768 << 20, held
     assert again.ok, again  # the analyst can free the space again
     assert after == []
 
@@ -462,4 +464,7 @@ def test_a_flood_of_empty_files_counts_against_the_disk_limit(
         made = sum(1 for _ in sandbox.workspace.iterdir())
     assert result.limit_hit == "disk", result
     assert "done" not in result.stdout
-    assert 4096 < made < 100_000
+    if totals.name == "bwrap":  # the copy back keeps one entry per 4 KiB of the limit, no more
+        assert 0 < made <= 4096, made
+    else:
+        assert 4096 < made < 100_000

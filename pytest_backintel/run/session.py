@@ -35,6 +35,7 @@ from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records import run_folder
 from pytest_backintel.records.cassettes import case_key, write_cassette
 from pytest_backintel.records.html_report import RECORD_KEY, junit_properties
+from pytest_backintel.records.interrupted import counts_in_pytest, mark_unreported, part_lengths
 from pytest_backintel.records.writer import (
     RecordWriter,
     merge_parts,
@@ -88,6 +89,9 @@ class BenchSession:
         self.writer = RecordWriter(self.run_dir, self.worker)
         self.outcomes: Counter[str] = Counter()
         self.records: list[dict[str, Any]] = []
+        self.reported: set[str] = set()
+        """Items pytest counted in this process (under xdist, the controller: every worker's)."""
+        self._parts_before: dict[str, int] = {}
         self._analyst: Analyst | None = None
         self.backends = StoreBackends(lambda: self.data_dir)
         self.probes = Probes(lambda: self.data_dir / "perturbed")
@@ -392,6 +396,11 @@ class BenchSession:
         if not result.score.outcome.passed:
             raise ScenarioFailure(result)
 
+    def count_report(self, report: pytest.TestReport) -> None:
+        """Note an item pytest counts (`pytest_runtest_logreport`)."""
+        if counts_in_pytest(report.when or "", report.passed):
+            self.reported.add(report.nodeid)
+
     def write_record(self, item: ScenarioItem, outcome: str, body: dict[str, Any]) -> None:
         dataset, analyst = item.scenario.dataset, self._analyst
         files_hash = self._worlds.get((dataset.world, dataset.snapshot))
@@ -430,6 +439,7 @@ class BenchSession:
         if not self.is_controller:
             return
         self._sweep = clean_stale_in_background(self.data_dir)  # what killed runs left
+        self._parts_before = part_lengths(self.run_dir) if self.run_dir.exists() else {}
         if self.config.pluginmanager.has_plugin("dsession") and self.options.analyst != "reference":
             self.check_analyst(model=not self.config.option.collectonly)
         header = self._header = self.run_header()
@@ -475,6 +485,8 @@ class BenchSession:
         remove_folder(self.data_dir / "sandbox" / f"{os.getpid()}")  # also after Ctrl-C
         if not self.is_controller or not self.run_dir.exists():
             return
+        if exitstatus == pytest.ExitCode.INTERRUPTED:  # records pytest never counted
+            mark_unreported(self.run_dir, self.reported, self._parts_before)
         records = merge_parts(self.run_dir) if any(self.run_dir.glob("parts/records-*")) else []
         header = run_folder.final_header(
             self.run_dir,

@@ -5,15 +5,23 @@ where SPEC is a JSON object: `rlimits` (name -> [soft, hard]), `argv` (the paylo
 "run the Python code read from stdin"), `python` (the interpreter for code), `status` (a path the
 launcher writes one JSON line to when the payload ends: returncode, signal, cpu_s, maxrss_kb).
 The payload runs as a child so the launcher can report its signal and CPU time exactly.
+Optional `seed` (a folder copied into the working directory first) and `hold` (after the
+report, stop what the payload left running and wait to be killed, so the host can still copy
+the working directory out): the bwrap backend's tmpfs workspace (`workspace_tmpfs.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
+import shutil
 import signal
+import stat
 import sys
+import time
+from typing import TextIO
 
 _MAX_ARG = 100_000
 """Code longer than this is written to a temporary file instead of passed with `-c`."""
@@ -26,9 +34,54 @@ def _apply_rlimits(rlimits: dict[str, list[int]]) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 
 
+def _seed(folder: str) -> None:
+    """Copy the host workspace (mounted read-only at `folder`) into the working directory,
+    links as links and hard links as hard links (so they hold no more room than outside)."""
+    seen: dict[tuple[int, int], str] = {}
+    failed: list[str] = []
+    for root, dirs, files in os.walk(folder):
+        rel = os.path.relpath(root, folder)
+        for name in (*dirs, *files):
+            src, dst = os.path.join(root, name), os.path.normpath(os.path.join(rel, name))
+            try:
+                st = os.lstat(src)
+                if stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(src), dst)
+                elif stat.S_ISDIR(st.st_mode):
+                    os.makedirs(dst, exist_ok=True)
+                elif stat.S_ISREG(st.st_mode):
+                    key = (st.st_dev, st.st_ino)
+                    if key in seen:
+                        os.link(seen[key], dst)
+                    else:
+                        shutil.copy2(src, dst)
+                        seen[key] = dst
+            except OSError as exc:
+                failed.append(f"{dst}: {exc.strerror}")
+    if failed:
+        text = "; ".join(failed[:5])
+        os.write(2, f"sandbox: the workspace could not be copied in whole: {text}\n".encode())
+
+
+def _hold(status: TextIO) -> None:
+    """Stop every process the payload left (the sandbox's init and this one survive), tell
+    the host (`{"held": true}`: no more output will come), then wait while the host copies the
+    workspace out and kills the sandbox."""
+    for fd in (0, 1, 2):
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
+    status.write('{"held": true}\n')
+    status.close()
+    while True:
+        time.sleep(3600)
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1])
     status = open(spec["status"], "w", encoding="utf-8")  # noqa: SIM115 - kept open on purpose
+    if spec.get("seed"):
+        _seed(spec["seed"])
     status.write('{"started": true}\n')  # tells the host that set-up worked
     status.flush()
     argv: list[str] = spec["argv"]
@@ -62,6 +115,9 @@ def main() -> int:
         "maxrss_kb": usage.ru_maxrss,
     }
     status.write(json.dumps(record) + "\n")
+    status.flush()
+    if spec.get("hold"):
+        _hold(status)
     status.close()
     return 128 + sig if sig is not None else returncode
 

@@ -3,7 +3,8 @@
 `run_launcher` is shared by the bwrap and subprocess backends. The process tree is confined by a
 cgroup when this machine offers a writable one (`RunCgroup.create`), which caps processes and
 memory in total, counts the tree's CPU time and lets the host kill every member; otherwise
-RLIMIT_NPROC stands in. The host also watches the disk the run fills (`DiskWatch`).
+RLIMIT_NPROC stands in. The host also watches the disk the run fills (`DiskWatch`), or, for a
+tmpfs workspace, notices it full and copies it back before the tree is killed (`TmpfsWorkspace`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pytest_backintel.sandbox.base import ExecResult, SandboxError
 from pytest_backintel.sandbox.cgroup import RunCgroup
 from pytest_backintel.sandbox.disk import DiskWatch
 from pytest_backintel.sandbox.limits import HostKill, Limits, Observed, classify
+from pytest_backintel.sandbox.workspace_tmpfs import TmpfsWorkspace
 
 __all__ = [
     "OutputBuffer",
@@ -63,6 +65,8 @@ class RawRun:
     oom_killed: bool = False
     launcher_started: bool = True
     """False when the launcher never ran: the sandbox itself failed to start."""
+    workspace_lost: bool = False
+    """True when a tmpfs workspace could not be copied back (nothing left inside to reach)."""
 
 
 class OutputBuffer:
@@ -90,7 +94,7 @@ def run_launcher(
     status_fd: int,
     status_read: int,
     cgroup: RunCgroup | None,
-    disk: DiskWatch | None = None,
+    disk: DiskWatch | TmpfsWorkspace | None = None,
 ) -> RawRun:
     """Run `argv` (which starts the launcher) to completion or until a limit, capturing output.
 
@@ -118,6 +122,8 @@ def run_launcher(
         os.close(status_read)
         raise SandboxError(f"cannot start the sandbox ({cmd[0]}): {exc}") from exc
     os.close(status_fd)
+    if disk is not None:
+        disk.start(proc.pid)
     assert proc.stdin is not None
     assert proc.stdout is not None
     assert proc.stderr is not None
@@ -175,12 +181,17 @@ def run_launcher(
                     grace = True
             else:
                 streams[fd].feed(chunk)
+        if b'"held"' in status_buf:  # nothing inside can write any more: take what is left
+            _drain(streams)
+            break
         if sum(s.total for s in streams.values()) > limits.output_kill_bytes:
             killed_for = "output"
             break
         if (over := _over_a_total(cgroup, disk, limits)) is not None:
             killed_for = over
             break
+    if disk is not None and disk.finish() and killed_for is None:
+        killed_for = "disk"  # a tmpfs workspace found full once the payload had ended
     kill()  # whatever is left of the tree: a timed-out payload, or daemons it left behind
     sel.close()
     if not proc.stdin.closed:
@@ -211,6 +222,7 @@ def run_launcher(
         pids_limit_hit=cgroup.limit_hit() if cgroup is not None else False,
         oom_killed=cgroup.oom_kills() > 0 if cgroup is not None else False,
         launcher_started=started,
+        workspace_lost=isinstance(disk, TmpfsWorkspace) and disk.lost,
     )
 
 
@@ -225,11 +237,18 @@ def run_confined(
     status_read: int,
     cgroup_mode: bool,
     writable: Sequence[Path] = (),
+    tmpfs_workspace: tuple[Path, str] | None = None,
 ) -> ExecResult:
     """`run_launcher` in a fresh cgroup (when `cgroup_mode`, killed and removed after), with
-    the host folders in `writable` watched for the disk limit; the raw run as an `ExecResult`."""
+    the host folders in `writable` watched for the disk limit, or a tmpfs workspace (its host
+    folder and its path inside) copied back; the raw run as an `ExecResult`."""
     cgroup = RunCgroup.create(limits.max_processes, limits.memory_mb) if cgroup_mode else None
-    disk = DiskWatch(writable, limits.disk_mb * 1024 * 1024) if writable else None
+    disk_bytes = limits.disk_mb * 1024 * 1024
+    disk: DiskWatch | TmpfsWorkspace | None = None
+    if tmpfs_workspace is not None:
+        disk = TmpfsWorkspace(*tmpfs_workspace, disk_bytes)
+    elif writable:
+        disk = DiskWatch(writable, disk_bytes)
     try:
         raw = run_launcher(
             argv,
@@ -250,7 +269,7 @@ def run_confined(
 
 
 def _over_a_total(
-    cgroup: RunCgroup | None, disk: DiskWatch | None, limits: Limits
+    cgroup: RunCgroup | None, disk: DiskWatch | TmpfsWorkspace | None, limits: Limits
 ) -> HostKill | None:
     """The total the tree has gone past (memory, CPU time, disk), or None."""
     if cgroup is not None:
@@ -262,6 +281,14 @@ def _over_a_total(
     if disk is not None and disk.over():
         return "disk"
     return None
+
+
+def _drain(streams: dict[int, OutputBuffer]) -> None:
+    """Read what the pipes still hold, without waiting for their writers to close them."""
+    for fd, buffer in streams.items():
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(fd, 65536):
+                buffer.feed(chunk)
 
 
 def _parse_status(data: bytes) -> dict[str, Any] | None:
@@ -288,6 +315,8 @@ def to_result(raw: RawRun, limits: Limits) -> ExecResult:
             raise SandboxError(f"the sandbox could not start (exit {raw.exit_code}): {text}")
         returncode = raw.exit_code if raw.exit_code != 0 else -signal.SIGKILL
         note = "\n[sandbox: the payload ended without the launcher's report]\n"
+    if raw.workspace_lost:
+        note += "\n[sandbox: the files this run wrote were lost; earlier runs' files are kept]\n"
     stdout = raw.stdout.decode("utf-8", "replace")
     stderr = raw.stderr.decode("utf-8", "replace") + note
     if raw.stdout_total > len(raw.stdout):

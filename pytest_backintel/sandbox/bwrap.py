@@ -2,10 +2,12 @@
 
 Each `exec` starts a fresh `bwrap` with every namespace unshared (so no network), the root built
 only from /usr (without /usr/local), the loader cache, a synthetic passwd/group, the harness's
-Python and the project's site-packages, all read-only; the item's workspace read-write at
-/workspace; the store read-only at /data/store/<name>; the query channel's folder read-only at
+Python and the project's site-packages, all read-only; the item's workspace at /workspace as a
+tmpfs of the disk limit, copied in from the host folder and back (`workspace_tmpfs.py`); the
+store read-only at /data/store/<name>; the query channel's folder read-only at
 /run/backintel-query (a Unix socket to the harness; the network stays unshared); a small tmpfs
-/tmp. The payload runs as
+/tmp. Nothing the payload can write is on the host's disk, so the disk limit is a hard bound
+here. The payload runs as
 uid 65534 inside, in its own pid namespace, so killing bwrap ends the whole tree.
 """
 
@@ -43,6 +45,7 @@ from pytest_backintel.sandbox.base import (
 )
 from pytest_backintel.sandbox.cgroup import RunCgroup
 from pytest_backintel.sandbox.limits import Limits
+from pytest_backintel.sandbox.workspace_tmpfs import SEED_INSIDE, tmpfs_bytes
 
 __all__ = ["BwrapProvider", "BwrapSandbox", "find_bwrap"]
 
@@ -163,9 +166,9 @@ class BwrapProvider(SandboxProvider):
         args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox"]
         args += ["--unshare-user", "--disable-userns"]
         args += self._root_base()
-        args += ["--proc", "/proc", "--dev", "/dev"]
-        args += ["--size", str(limits.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-        args += ["--bind", str(workspace), WORKSPACE]
+        args += ["--proc", "/proc"]
+        writable_args, workspace_spec = _writable_mounts(workspace, limits)
+        args += writable_args
         if store is not None and mount is not None:
             args += ["--ro-bind", str(store), mount]
         args += _channel_args(channel)
@@ -179,6 +182,7 @@ class BwrapProvider(SandboxProvider):
             status=_STATUS_FD_INSIDE.format(fd=status_fd),
             argv=payload,
         )
+        spec.update(workspace_spec)
         launcher = [str(self._interpreter), "-I", "-S", f"{LIB_INSIDE}/_launcher.py"]
         return [*args, "--", *launcher, _json(spec)]
 
@@ -211,13 +215,28 @@ class BwrapProvider(SandboxProvider):
             status_fd=write_fd,
             status_read=read_fd,
             cgroup_mode=self.cgroup_mode,
-            writable=(workspace,),
+            tmpfs_workspace=(workspace, WORKSPACE),
         )
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         info["process_limit"] = "cgroup" if getattr(self, "cgroup_mode", False) else "nproc"
         return info
+
+
+def _writable_mounts(workspace: Path, limits: Limits) -> tuple[list[str], dict[str, Any]]:
+    """Every path the payload may write, each a size-limited tmpfs (their pages are memory, so
+    they count against the run's memory limit too): /tmp and /dev/shm of `limits.tmp_size_mb`
+    (the rest of /dev read-only), and the workspace of `limits.disk_mb`, for which the host
+    folder is mounted read-only to be copied in (`seed`) and the launcher stays alive after the
+    payload (`hold`) so the host can copy the tmpfs back (`workspace_tmpfs.py`). Also: the
+    launcher settings this needs."""
+    tmp = str(limits.tmp_size_mb * 1024 * 1024)
+    args = ["--dev", "/dev", "--remount-ro", "/dev", "--size", tmp, "--tmpfs", "/dev/shm"]
+    args += ["--size", tmp, "--tmpfs", "/tmp"]
+    size = str(tmpfs_bytes(workspace, limits.disk_mb * 1024 * 1024))
+    args += ["--ro-bind", str(workspace), SEED_INSIDE, "--size", size, "--tmpfs", WORKSPACE]
+    return args, {"seed": SEED_INSIDE, "hold": True}
 
 
 def _json(value: object) -> str:

@@ -4,7 +4,8 @@ RLIMIT_FSIZE caps one file; this caps them all. The host walks the writable fold
 payload runs (no symlinks followed, each file counted by its allocated blocks and at least one
 4 KiB block, so a flood of empty files counts too) and the run is killed once they hold more
 than the limit and more than when the run began. Overshoot is bounded by what the payload can
-write between two walks (`interval`).
+write between two walks (`interval`). The bwrap backend holds the workspace in a size-limited
+tmpfs instead (`workspace_tmpfs.py`), a hard bound; this watch serves subprocess and docker.
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ class DiskWatch:
         self.peak_bytes = self.start_bytes
         self.interval = _MIN_INTERVAL_S
         self._next = time.monotonic() + self.interval
+
+    def start(self, pid: int) -> None:
+        """The run has started (the watch needs nothing of it)."""
+
+    def finish(self) -> bool:
+        """The run has ended; the watch's verdicts were all given while it ran."""
+        return False
 
     def over(self) -> bool:
         """Whether the folders now hold more than the limit (and more than at the start)."""

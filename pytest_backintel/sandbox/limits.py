@@ -4,7 +4,8 @@ Every backend enforces the same `Limits`: rlimits applied by the launcher to eac
 data segment, address space, file size, open files, and processes where no cgroup exists), a
 wall-clock timer and an output cap kept by the host, totals for the whole process tree
 (processes, resident memory and CPU time through a cgroup, or the engine's limits) and the disk
-the run fills (watched by the host). `classify` turns what was observed into one `LimitHit` name.
+the run fills (a size-limited tmpfs on bwrap, watched by the host elsewhere). `classify` turns
+what was observed into one `LimitHit` name.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ _MEMORY_PATTERNS = re.compile(
 )
 _FORK_PATTERNS = re.compile(r"BlockingIOError: \[Errno 11\]|could not spawn threads|fork: retry")
 _FSIZE_PATTERNS = re.compile(r"\[Errno 27\] File too large")
+_NOSPACE_PATTERNS = re.compile(r"No space left on device")
 
 SIGKILL = 9
 SIGXCPU = 24
@@ -62,8 +64,9 @@ class Limits:
     max_file_size_mb: int = 256
     """The largest file the payload may write (RLIMIT_FSIZE)."""
     disk_mb: int = 1024
-    """All the files the workspace may hold at once (watched by the host, which kills the tree
-    once a run grows the workspace past it)."""
+    """All the files the workspace may hold at once: on bwrap the size of its tmpfs (a write
+    past it fails with ENOSPC; the pages count as memory), elsewhere watched by the host, which
+    kills the tree once a run grows the workspace past it."""
     max_open_files: int = 256
     """RLIMIT_NOFILE."""
     max_output_bytes: int = 64 * 1024
@@ -178,4 +181,6 @@ def classify(obs: Observed, limits: Limits) -> LimitHit | None:
         return "processes"
     if _FSIZE_PATTERNS.search(tail):
         return "file_size"
+    if _NOSPACE_PATTERNS.search(tail):  # a full tmpfs (/tmp, /dev/shm, the bwrap workspace)
+        return "disk"
     return None
