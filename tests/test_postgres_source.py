@@ -27,6 +27,7 @@ from test_own_data import ADMIN_DSN, _admin, backintel, pytest_run
 from test_probe_keys import rows
 
 from stores.base import DatasetFiles, QueryError, StoreError
+from stores.owner import Owner
 
 DDL = [
     'CREATE TABLE "Customer" ("CustomerId" integer PRIMARY KEY, "FullName" text NOT NULL, '
@@ -122,11 +123,19 @@ def catalog(dsn: str) -> dict[str, Any]:
             "AND nspname NOT LIKE 'pg\\_toast\\_temp\\_%' ORDER BY 1"
         ).fetchall()
         temporary = con.execute("SELECT count(*) FROM pg_class WHERE relpersistence = 't'")
-        roles = con.execute(
-            "SELECT rolname FROM pg_roles WHERE rolname LIKE 'bi\\_%' "
-            "AND pg_has_role(rolname, 'pg_read_all_data', 'MEMBER') ORDER BY 1"
-        ).fetchall()
-        settings = con.execute("SELECT count(*) FROM pg_db_role_setting").fetchone()
+        roles = [
+            name
+            for name, comment in con.execute(
+                "SELECT rolname, shobj_description(oid, 'pg_authid') FROM pg_roles "
+                "WHERE rolname LIKE 'bi\\_%' "
+                "AND pg_has_role(rolname, 'pg_read_all_data', 'MEMBER') ORDER BY 1"
+            ).fetchall()
+            if (owner := Owner.from_comment(comment)) is None or owner.is_gone()
+        ]  # a live process's roles are another test's, running beside this one (xdist)
+        settings = con.execute(
+            "SELECT count(*) FROM pg_db_role_setting WHERE setdatabase = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database())"
+        ).fetchone()
         acl = con.execute("SELECT relname, relacl::text FROM pg_class WHERE relacl IS NOT NULL")
         return {
             "relations": relations,
