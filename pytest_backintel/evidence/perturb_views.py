@@ -40,6 +40,7 @@ from stores.sqlite_source import SQLiteSourceStore
 
 __all__ = [
     "Catalog",
+    "Plans",
     "SQLiteCatalog",
     "SqlCatalog",
     "ViewProbeKind",
