@@ -234,6 +234,10 @@ class DuckDBSourceStore(Store):
     def source(self, dataset: DatasetFiles) -> DuckDBSource:
         return DuckDBSource(self.kind, self.location(dataset))
 
+    def digest(self, dataset: DatasetFiles) -> str:
+        """The source's content digest now (a stat per file while nothing moved)."""
+        return self._hashes.many(self.source(dataset).files())[1]
+
     def provision(self, dataset: DatasetFiles) -> SourceItem:
         source = self.source(dataset)
         if source.kind != "duckdb" and not source.selects(source.location):

@@ -341,3 +341,22 @@ def test_the_in_place_stores_are_the_native_backends_of_their_sources(tmp_path: 
 
     assert {SOURCE_STORES[k](tmp_path).name for k in KINDS} == {NATIVE[k] for k in KINDS}
     assert all(issubclass(type(SOURCE_STORES[k](tmp_path)), DuckDBSourceStore) for k in KINDS)
+
+
+def test_the_plan_is_read_once_per_state_of_the_source(tmp_path: Path) -> None:
+    """Planning reads every row (a candidate key's uniqueness), so its result is kept by the
+    source's content digest: the next process reads it back equal; a changed source is
+    planned again."""
+    from pytest_backintel.evidence.perturb_views_duckdb import DUCKDB_VIEWS
+
+    where, _ = make("parquet", tmp_path)
+    store = SOURCE_STORES["parquet"](tmp_path / "stores" / "p" / "1")
+    files = dataset("parquet", where)
+    first = DUCKDB_VIEWS.plan(store, files)
+    (saved,) = (tmp_path / "stores" / "p" / "plans").iterdir()
+    again = SOURCE_STORES["parquet"](tmp_path / "stores" / "p" / "2")
+    assert DUCKDB_VIEWS.plan(again, files) == first
+    write_behind("parquet", where)
+    moved, _ = DUCKDB_VIEWS.plan(again, files)  # planned again (the rewrite typed it as text)
+    assert moved["Invoice"].key == first[0]["Invoice"].key
+    assert len(list(saved.parent.iterdir())) == 2

@@ -13,7 +13,10 @@ folder while the source's data hash is the same.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import contextlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -152,8 +155,34 @@ def duckdb_view_probe(
 
 
 def _plan_of(store: Store, files: DatasetFiles) -> Plans:
+    """The plan of the source, read from its catalog once per state of its files and kept
+    beside the store's hashes (`plans/`): planning checks keys for uniqueness over every row."""
     assert isinstance(store, DuckDBSourceStore)
-    return duckdb_plan(store.source(files))
+    cache = store.workdir.parent / "plans" / f"v{PERTURB_VERSION}-{store.digest(files)}.json"
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        saved = json.loads(cache.read_text())
+        return (
+            {
+                t: TypedTablePlan(
+                    p["columns"],
+                    p["key"],
+                    [(list(c), str(t2), list(pc)) for c, t2, pc in p["parents"]],
+                    p["scale"],
+                    p["types"],
+                )
+                for t, p in saved["plans"].items()
+            },
+            list(saved["notes"]),
+        )
+    plans, notes = duckdb_plan(store.source(files))
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+        tmp.write_text(
+            json.dumps({"plans": {t: asdict(p) for t, p in plans.items()}, "notes": notes})
+        )
+        os.replace(tmp, cache)
+    return plans, notes
 
 
 DUCKDB_VIEWS = ViewProbeKind(_plan_of, duckdb_view_probe)
