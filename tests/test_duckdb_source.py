@@ -360,3 +360,24 @@ def test_the_plan_is_read_once_per_state_of_the_source(tmp_path: Path) -> None:
     moved, _ = DUCKDB_VIEWS.plan(again, files)  # planned again (the rewrite typed it as text)
     assert moved["Invoice"].key == first[0]["Invoice"].key
     assert len(list(saved.parent.iterdir())) == 2
+
+
+def test_a_view_of_the_source_is_named_in_the_notes(tmp_path: Path) -> None:
+    """A DuckDB file's own view reads the source's tables, not the probe's: the notes say so
+    (and the view still works on the probe)."""
+    from pytest_backintel.evidence.perturb_views_duckdb import duckdb_plan
+    from stores.duckdb_probe import DuckDBProbeStore
+
+    where, _ = make("duckdb", tmp_path)
+    con = duckdb.connect(str(where))
+    con.execute("CREATE VIEW UsaInvoice AS SELECT * FROM Invoice WHERE BillingCountry = 'USA'")
+    con.close()
+    source = DuckDBSource("duckdb", where)
+    plans, notes = duckdb_plan(source)
+    assert [n.split(":")[0] for n in notes] == [
+        "view 'UsaInvoice' reads the source's own tables, not the probe's"
+    ]
+    types = {t: p.types for t, p in plans.items()}  # type: ignore[attr-defined]
+    probe = DuckDBProbeStore("duckdb", "bi_probe", 10.0, source, plans, types, salt=1)
+    with probe.local_session() as session:
+        assert session.run_sql("SELECT COUNT(*) FROM UsaInvoice").rows[0][0] > 0

@@ -77,6 +77,17 @@ class DuckDBCatalog(SqlCatalog):
         ).fetchall()
         return [str(r[0]) for r in rows]
 
+    def views(self) -> list[str]:
+        """The views a DuckDB file defines itself (a folder's tables are all the harness's)."""
+        if self.source.kind != "duckdb":
+            return []
+        rows = self.con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_catalog = ? "
+            "AND table_schema = ? AND table_type = 'VIEW' ORDER BY 1",
+            list(self._where),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
     def column_types(self, table: str) -> dict[str, str]:
         rows = self.con.execute(
             "SELECT column_name, data_type FROM information_schema.columns WHERE "
@@ -107,6 +118,11 @@ def duckdb_plan(source: DuckDBSource) -> Plans:
         source.attach(con, _ALIAS)
         catalog = DuckDBCatalog(con, source)
         plans, notes = plan_tables(catalog)
+        notes += [
+            f"view {view!r} reads the source's own tables, not the probe's: only its own key "
+            "and numbers move, so evidence over it is checked less than over a table"
+            for view in catalog.views()
+        ]
         typed: dict[str, TablePlan] = {
             t: TypedTablePlan(p.columns, p.key, p.parents, p.scale, catalog.column_types(t))
             for t, p in plans.items()
