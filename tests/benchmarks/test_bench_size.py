@@ -151,20 +151,37 @@ def make_source(kind: str, folder: Path, rows: int) -> tuple[str, dict[str, str]
     return "{postgres: BENCH_DSN}", {"BENCH_DSN": dsn}, drop
 
 
+PEAK = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.call(sys.argv[2:])\n"
+    "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+    "open(sys.argv[1], 'w').write(str(peak))\n"
+    "sys.exit(code)\n"
+)
+"""Runs a command and writes its peak RSS (KB): started from this small process, the
+command's peak is its own, not this benchmark's (a child's peak counts what it had before
+`exec`, which for a child of the benchmark is the benchmark's own memory)."""
+
+
 def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
     """Wall seconds, peak RSS in MB of the process (and of the children it waited for), and
     its output."""
     log = cwd / f".out-{secrets.token_hex(3)}"
+    peak = cwd / f".peak-{secrets.token_hex(3)}"
     started = time.perf_counter()
     with log.open("w") as out:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        code = subprocess.call(
+            [sys.executable, "-c", PEAK, str(peak), *argv],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     wall = time.perf_counter() - started
-    proc.returncode = code = os.waitstatus_to_exitcode(status)
     text = log.read_text()
     if code not in (0, 1):
         raise AssertionError(f"{argv} exited {code}:\n{text[-3000:]}")
-    return wall, usage.ru_maxrss / 1024, text
+    return wall, int(peak.read_text()) / 1024, text
 
 
 def overhead(folder: Path, run_id: str, junit: Path) -> tuple[float, float]:
