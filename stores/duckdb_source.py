@@ -2,11 +2,12 @@
 folder, used in place: no per-item copy.
 
 Each item gets a folder of its own under an opaque id holding only symbolic links to the
-source: `store.duckdb` (and `store.duckdb.wal` when the source has one) for a DuckDB file,
-`data/` for a folder, beside `catalog.duckdb`, a small database of views over `data/<file>`
-built per item (what `stores.lake` builds over a copy). The analyst's connection attaches the
+source: `store.duckdb` (and `store.duckdb.wal` when the source has one) for a DuckDB file;
+for a folder, `data/` and `catalog.duckdb`, a small database of views over the folder's files
+(what `stores.lake` builds over a copy), built once per state of the folder and shared by its
+items. The analyst's connection attaches the
 DuckDB file read-only under the alias `store` (so no name of the source shows), or opens the
-catalog read-only with external access limited to the item's own `data/` link; either way the
+catalog read-only with external access limited to the folder's link beside it; either way the
 configuration is locked and the SQL policy (`stores._duckdb_policy`) refuses file functions,
 ATTACH and COPY, so each item reaches only its own dataset and nothing can write it. A sandbox
 mounts the resolved file or folder read-only.
@@ -41,6 +42,7 @@ from stores._duckdb_common import (
 from stores.base import DatasetFiles, Fingerprint, Store, StoreError, new_store_id
 from stores.lake import build_view_catalog
 from stores.logical_cache import LogicalCache
+from stores.once import OnceMap
 from stores.signed_hashes import Signature, SignedHashes
 
 __all__ = [
@@ -172,7 +174,8 @@ class SourceItem(FolderItem):
     def _open(self) -> duckdb.DuckDBPyConnection:
         if self.source.kind == "duckdb":
             return open_attached(self.root / DB_NAME)
-        return open_guarded(self.root / CATALOG, allowed_dirs=[self.root / DATA])
+        catalog = (self.root / CATALOG).resolve()  # shared by the items of one source state
+        return open_guarded(catalog, allowed_dirs=[catalog.parent / DATA])
 
     def _state(self) -> tuple[list[Signature], str]:
         try:
@@ -223,6 +226,7 @@ class DuckDBSourceStore(Store):
         self._hashes = SignedHashes(self.workdir.parent / "hashes")
         self._logical = LogicalCache(self.workdir.parent / "logical", backend=self.name)
         self._live: dict[str, SourceItem] = {}
+        self._catalogs = OnceMap[str, Path]()
 
     def location(self, dataset: DatasetFiles) -> Path:
         """Where the source is (`dataset.extra[kind]`, or the Parquet folder)."""
@@ -280,7 +284,20 @@ class DuckDBSourceStore(Store):
                 (root / f"{DB_NAME}.wal").symlink_to(files[1])
             return
         (root / DATA).symlink_to(source.location, target_is_directory=True)
-        build_view_catalog(root / CATALOG, source.selects(root / DATA))
+        digest = self._hashes.many(source.files())[1]
+        catalog = self._catalogs.get(digest, lambda: self._catalog(source, digest))
+        (root / CATALOG).symlink_to(catalog)
+
+    def _catalog(self, source: DuckDBSource, digest: str) -> Path:
+        """The views over a folder, built once per state of its files in this process:
+        `_catalogs/<digest>/catalog.duckdb` over `_catalogs/<digest>/data`, a link to it."""
+        folder = self.workdir / "_catalogs" / digest[:16]
+        shutil.rmtree(folder, ignore_errors=True)  # a link inside is removed, not followed
+        folder.mkdir(parents=True)
+        (folder / DATA).symlink_to(source.location, target_is_directory=True)
+        build_view_catalog(folder / CATALOG, source.selects(folder / DATA))
+        (folder / CATALOG).chmod(0o444)
+        return folder / CATALOG
 
     def teardown_session(self) -> None:
         """Tear down the items left, then stream again every content hash taken from the disk

@@ -264,3 +264,57 @@ def test_size_table(tmp_path: Path) -> None:
             f"({m['first_peak_mb']:.0f} MB) | {m['overhead_s'] * 1000:.0f} ms | {ratio:.2f}x "
             f"| {m['load']:.1f} |"
         )
+
+
+STORE_ITEMS = 10
+
+
+def store_cost(kind: str, size_mb: int, tmp: Path) -> dict[str, float]:
+    """The store's own part of a trial, in this process: provision an item, fingerprint it
+    before and after, tear it down (median of `STORE_ITEMS`, the first item aside)."""
+    import statistics
+
+    from pytest_backintel.collect.loading import load_scenario_file
+    from pytest_backintel.collect.user_data import NATIVE, user_source
+
+    folder = tmp / f"store-{kind}-{size_mb}"
+    (folder / "scenarios").mkdir(parents=True)
+    binding, _, cleanup = make_source(kind, folder, size_mb * 1_000_000 // ROW_BYTES)
+    path = folder / "scenarios" / "size.scenario.yaml"
+    path.write_text(SCENARIO.format(binding=binding, sql=SQL))
+    source = user_source(load_scenario_file(path).dataset)
+    assert source is not None
+    files = source.ensure_built(folder / "data")
+    store = source.make_store(NATIVE[source.kind], folder / "data" / "stores" / kind / "1")
+    store.setup_session()
+    times = []
+    try:
+        for _ in range(STORE_ITEMS + 1):
+            started = time.perf_counter()
+            item = store.provision(files)
+            item.fingerprint()
+            item.fingerprint()
+            item.teardown()
+            times.append(time.perf_counter() - started)
+    finally:
+        store.teardown_session()
+        if cleanup is not None:
+            cleanup()
+    return {"first_s": times[0], "item_s": statistics.median(times[1:])}
+
+
+def test_size_store_cost(tmp_path: Path) -> None:
+    """Printed: per backend and size, the store's part of a trial and its ratio to 1 MB."""
+    backends = os.environ.get("BACKINTEL_BENCH_BACKENDS", ",".join(BACKENDS)).split(",")
+    print("\n| backend | size | first item | each later item | ratio to 1 MB |")
+    print("|---|---|---|---|---|")
+    for kind in backends:
+        base = None
+        for size in sizes_mb():
+            m = store_cost(kind, size, tmp_path)
+            base = base or m["item_s"]
+            print(
+                f"| {kind} | {size} MB | {m['first_s'] * 1000:.0f} ms "
+                f"| {m['item_s'] * 1000:.1f} ms | {m['item_s'] / base:.2f}x |",
+                flush=True,
+            )
