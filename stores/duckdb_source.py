@@ -125,6 +125,31 @@ class DuckDBSource:
             conn.execute(f"CREATE VIEW {quote_ident(alias)}.{quote_ident(table)} AS {select}")
 
 
+FINGERPRINT_MEMORY = "256MB"
+"""DuckDB's memory while it fingerprints a source (a streamed aggregate; its buffer pool would
+otherwise keep up to `BASE_CONFIG`'s 1 GB of the source's pages in the harness)."""
+
+
+def open_source(source: DuckDBSource, memory_limit: str) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection of the harness's own where the source's tables are the default
+    database's `main` (the DuckDB file attached read-only as `store`, or views over the
+    folder), DuckDB's memory capped at `memory_limit`, locked down."""
+    conn = duckdb.connect(config={**BASE_CONFIG, "memory_limit": memory_limit})
+    try:
+        if source.kind == "duckdb":
+            where = quote_literal(str(source.location))
+            conn.execute(f"ATTACH {where} AS store (READ_ONLY)")
+            conn.execute("USE store")
+        else:
+            for table, select in source.selects(source.location).items():
+                conn.execute(f"CREATE VIEW main.{quote_ident(table)} AS {select}")
+        lock_down(conn, source.allowed())
+    except duckdb.Error as exc:
+        conn.close()
+        raise StoreError(f"cannot read the source at {source.location}: {exc}") from exc
+    return conn
+
+
 def lock_down(conn: duckdb.DuckDBPyConnection, allowed: list[Path]) -> None:
     """External access off (but under `allowed`), no spill files, the configuration locked."""
     if allowed:
@@ -194,7 +219,8 @@ class SourceItem(FolderItem):
         )
 
     def _logical_now(self, state: list[Signature]) -> str:
-        conn = self.engine_connection()
+        self._require()
+        conn = open_source(self.source, FINGERPRINT_MEMORY)
         try:
             logical = logical_fingerprint(conn)
         except duckdb.Error as exc:

@@ -25,6 +25,7 @@ from test_probe_keys import (
     write_parquet,
 )
 
+from stores._duckdb_common import logical_fingerprint
 from stores.base import DatasetFiles, QueryRefused
 from stores.duckdb_source import SOURCE_STORES, DuckDBSource, DuckDBSourceStore
 from stores.signed_hashes import SignedHashes
@@ -121,6 +122,11 @@ def test_items_share_the_source_under_opaque_names_without_a_copy(
         finally:
             conn.close()
         assert one.fingerprint() == two.fingerprint()
+        conn = one.engine_connection()  # the fingerprint names what the analyst sees
+        try:
+            assert one.fingerprint().logical == logical_fingerprint(conn)
+        finally:
+            conn.close()
     finally:
         one.teardown()
         two.teardown()
