@@ -152,7 +152,8 @@ def duckdb_view_probe(
     assert data_hash is not None
     source = store.source(files)
     types = _types(plan)
-    stem = f"{files.name}-{source.kind}-views-v{PERTURB_VERSION}-s{salt}-{data_hash[:16]}"
+    engine = duckdb.__version__.replace(".", "_")  # `hash` may differ between versions
+    stem = f"{files.name}-{source.kind}-views-v{PERTURB_VERSION}-d{engine}-s{salt}-{data_hash[:16]}"
     final = cache_dir / stem
     inner = "data.duckdb" if source.kind == "duckdb" else "data"
 
