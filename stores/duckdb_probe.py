@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,6 +45,10 @@ __all__ = [
 _SCALABLE = re.compile(
     r"(FLOAT|DOUBLE|REAL|FLOAT4|FLOAT8|DECIMAL(\(\d+,\s*\d+\))?|NUMERIC(\(\d+,\s*\d+\))?)"
 )
+
+
+MATERIALISE_MEMORY = "256MB"
+"""DuckDB's memory while it writes a probe's files (it spills to disk past this)."""
 
 
 def scalable(sql_type: str) -> bool:
@@ -199,6 +204,10 @@ def materialise(
     dest.mkdir(parents=True, exist_ok=True)
     conn = open_probe(source, plans, types, salt, locked=False)
     try:
+        spill = dest / ".spill"  # DuckDB spills here past its memory limit, bounded memory
+        conn.execute(f"SET temp_directory = {quote_literal(str(spill))}")
+        conn.execute(f"SET memory_limit = {quote_literal(MATERIALISE_MEMORY)}")
+        conn.execute("SET preserve_insertion_order = false")
         if source.kind == "duckdb":
             out = dest / "data.duckdb"
             conn.execute(f"ATTACH {quote_literal(str(out))} AS bi_out")
@@ -206,6 +215,7 @@ def materialise(
                 q = quote_ident(table)
                 conn.execute(f"CREATE TABLE bi_out.main.{q} AS SELECT * FROM main.{q}")
             conn.execute("DETACH bi_out")
+            shutil.rmtree(dest / ".spill", ignore_errors=True)
             return out
         out = dest / "data"
         out.mkdir()
@@ -219,3 +229,4 @@ def materialise(
         return out
     finally:
         conn.close()
+        shutil.rmtree(dest / ".spill", ignore_errors=True)
