@@ -125,7 +125,7 @@ class DuckDBSource:
             conn.execute(f"CREATE VIEW {quote_ident(alias)}.{quote_ident(table)} AS {select}")
 
 
-FINGERPRINT_MEMORY = "256MB"
+FINGERPRINT_MEMORY = "128MB"
 """DuckDB's memory while it fingerprints a source (a streamed aggregate; its buffer pool would
 otherwise keep up to `BASE_CONFIG`'s 1 GB of the source's pages in the harness)."""
 

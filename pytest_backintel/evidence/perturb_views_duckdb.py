@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -106,12 +107,14 @@ class DuckDBCatalog(SqlCatalog):
 
 def duckdb_plan(source: DuckDBSource) -> Plans:
     """Each table's plan (`TypedTablePlan`) and the notes on the tables the probe keeps whole."""
+    spill = tempfile.TemporaryDirectory(prefix="backintel-plan-")  # never the user's cwd
     con = duckdb.connect(
         config={
             "autoinstall_known_extensions": "false",
             "autoload_known_extensions": "false",
             "threads": "1",
             "memory_limit": PLAN_MEMORY,
+            "temp_directory": spill.name,
         }
     )
     try:
@@ -130,6 +133,7 @@ def duckdb_plan(source: DuckDBSource) -> Plans:
         return typed, notes
     finally:
         con.close()
+        spill.cleanup()
 
 
 def _types(plans: dict[str, TablePlan]) -> dict[str, dict[str, str]]:

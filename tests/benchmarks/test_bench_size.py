@@ -215,7 +215,13 @@ def measure(kind: str, size_mb: int, tmp: Path) -> dict[str, float]:
     binding, extra, cleanup = make_source(kind, folder, rows)
     scenario = SCENARIO.format(binding=binding, sql=SQL)
     (folder / "scenarios" / "size.scenario.yaml").write_text(scenario)
-    env = {**os.environ, **extra, "BACKINTEL_DATA_DIR": str(folder / "data")}
+    (folder / "tmp").mkdir()  # nothing cached from an earlier measurement, even under /tmp
+    env = {
+        **os.environ,
+        **extra,
+        "BACKINTEL_DATA_DIR": str(folder / "data"),
+        "TMPDIR": str(folder / "tmp"),
+    }
     env.pop("BACKINTEL_BENCHMARKS", None)
     pytest_argv = [str(BIN / "pytest"), "scenarios", "-p", "no:xdist", "--concurrency", "1"]
     try:
