@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 _ALIAS = "bi_source"
-PLAN_MEMORY = "256MB"
+PLAN_MEMORY = "128MB"
 """DuckDB's memory while planning (a key's uniqueness over every row spills past this)."""
 
 
