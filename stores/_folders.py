@@ -103,7 +103,9 @@ def remove_folder(path: Path) -> None:
     if not path.exists():
         return
     path.chmod(0o755)
-    for p in path.rglob("*"):
-        if p.is_file() and not p.is_symlink():  # never chmod what a link points at
-            p.chmod(0o644)
+    for folder, _, names in os.walk(path):  # never descends into a linked folder
+        for name in names:
+            p = Path(folder) / name
+            if p.is_file() and not p.is_symlink():  # never chmod what a link points at
+                p.chmod(0o644)
     shutil.rmtree(path, ignore_errors=True)

@@ -10,79 +10,20 @@ at 10 GB.
 Change detection per trial is O(1): the file's signature (inode, size, mode, mtime and ctime
 in nanoseconds; any write moves mtime and ctime) is compared with the one taken when the
 item was provisioned. The content's SHA-256 is streamed once per state of the file and cached
-by that signature, in memory and in one small file per signature under `<data>/stores/hashes`
-for the next process; a hash is cached only when the signature did not move while it was
-read.
+by that signature (`stores.signed_hashes`), in memory and in one small file per signature under
+`<data>/stores/hashes` for the next process.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-import tempfile
 from pathlib import Path
 from typing import ClassVar
 
 from stores.base import DatasetFiles, StoreError, new_store_id
-from stores.fingerprint import file_sha256
-from stores.once import OnceMap
+from stores.signed_hashes import SignedHashes, signature
 from stores.sqlite import SQLiteProvisionedStore, SQLiteStore
 
 __all__ = ["SQLiteSourceStore", "SignedHashes", "signature"]
-
-_DIGEST = re.compile(r"[0-9a-f]{64}")
-
-
-def signature(state: os.stat_result) -> tuple[int, int, int, int, int, int]:
-    """What moves when a file is written, replaced, truncated or has its mode changed."""
-    return (
-        state.st_dev,
-        state.st_ino,
-        state.st_size,
-        state.st_mode,
-        state.st_mtime_ns,
-        state.st_ctime_ns,
-    )
-
-
-class SignedHashes:
-    """A file's SHA-256 by (real path, signature): streamed once per state of the file."""
-
-    def __init__(self, folder: Path | None) -> None:
-        self._folder = folder
-        self._memo = OnceMap[str, str]()
-
-    def get(self, path: Path) -> tuple[os.stat_result, str]:
-        """The file's stat now and its content hash (computed, or cached for that stat)."""
-        real = path.resolve()
-        state = real.stat()
-        key = hashlib.sha256(f"{real}\0{signature(state)}".encode()).hexdigest()
-        return state, self._memo.get(key, lambda: self._stored(key) or self._hash(real, key))
-
-    def _stored(self, key: str) -> str | None:
-        if self._folder is None:
-            return None
-        try:
-            text = (self._folder / key).read_text().strip()
-        except OSError:
-            return None
-        return text if _DIGEST.fullmatch(text) else None
-
-    def _hash(self, real: Path, key: str) -> str:
-        before = real.stat()
-        digest = file_sha256(real)
-        if signature(real.stat()) != signature(before) or self._folder is None:
-            return digest  # moved while read: good for this call, never cached on disk
-        try:
-            self._folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self._folder, prefix=".tmp-")
-            with os.fdopen(fd, "w") as fh:
-                fh.write(digest)
-            os.replace(tmp, self._folder / key)
-        except OSError:
-            pass
-        return digest
 
 
 class SQLiteSourceStore(SQLiteStore):

@@ -2,13 +2,14 @@
 existing PostgreSQL database, bound in a scenario file (`dataset: {sqlite: shop.sqlite}`).
 
 Nothing is converted: each item gets the source as it is under an opaque name of its own (a
-SQLite file in place, through a per-item link, `stores.sqlite_source`; a folder copy served as
-DuckDB views; a PostgreSQL database in place, through a SELECT-only role,
-`stores.postgres_source`), read-only for the analyst and fingerprinted before and after like
-every store. A DSN's password never reaches an error, a record or a folder name. A binding
-runs on its native backend; `--store` may pick another backend only where that one serves the
-source losslessly (`LOSSLESS`), otherwise the run stops with one usage error. References come
-from the lock file beside the scenario (`pytest_backintel.collect.lockfile`), written by
+SQLite file in place, through a per-item link, `stores.sqlite_source`; a DuckDB file, Parquet or
+CSV folder in place through per-item links, `stores.duckdb_source`; a PostgreSQL database in
+place, through a SELECT-only role, `stores.postgres_source`), read-only for the analyst and
+fingerprinted before and after like every store. A DSN's password never reaches an error, a
+record or a folder name. A binding runs on its native backend; `--store` may pick another
+backend only where that one serves the source losslessly (`LOSSLESS`), otherwise the run stops
+with one usage error. References come from the lock file beside the scenario
+(`pytest_backintel.collect.lockfile`), written by
 `backintel references build`.
 """
 
@@ -180,14 +181,10 @@ class UserSource:
             from stores.postgres_source import PostgresSourceStore
 
             return PostgresSourceStore(workdir, self._location(), self.binding.role)
-        if self.kind == "duckdb":
-            from stores.duckdb_store import DuckDBFileStore
+        if self.kind in ("duckdb", "csv") or (self.kind, spec) == ("parquet", "lake-parquet"):
+            from stores.duckdb_source import SOURCE_STORES  # used in place: no copy per item
 
-            return DuckDBFileStore(workdir)
-        if self.kind == "csv":
-            from stores.files import CsvFolderStore
-
-            return CsvFolderStore(workdir)
+            return SOURCE_STORES[self.kind](workdir)
         if self.kind == "sqlite" and spec == "sqlite":  # used in place: no copy per item
             from stores.sqlite_source import SQLiteSourceStore
 

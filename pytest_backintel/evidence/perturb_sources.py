@@ -1,15 +1,14 @@
-"""Perturbed copies of a user's own source (SQLite, DuckDB, CSV) in its own form,
-so evidence over data of your own must follow the data like evidence over a built world.
+"""Perturbed copies of a user's own SQLite file in its own form, so evidence over data of your
+own must follow the data like evidence over a built world. A source served in place is probed
+through views instead, with no copy (`perturb_views`: SQLite; `perturb_views_duckdb`: DuckDB
+files, Parquet and CSV folders; `perturb_views_pg`: PostgreSQL); this module's copies remain
+for a SQLite file served by the copying `sqlite` backend (`--store` on a built world's file).
 
 The rows to drop and the values to scale are chosen by `perturb.perturb_tables` (the same
 transformation as for Parquet datasets); what differs is only how tables are read and written:
 
-- a SQLite or DuckDB file is copied and each table's rows are replaced in the copy, so every
-  type, constraint, index and view stays as in the source;
-- a CSV folder is read as the `files` store reads it (DuckDB's detection, or the folder's own
-  `_schema.json`) and written back with those types pinned in `_schema.json`.
-
-(A PostgreSQL source is not copied: its probe is temporary views, `perturb_views_pg`.)
+- a SQLite file is copied and each table's rows are replaced in the copy, so every type,
+  constraint, index and view stays as in the source.
 
 A file copy is built once per source and salt under the cache folder, named by the source's
 data hash (a changed source gets a new copy).
@@ -18,12 +17,9 @@ A table polars cannot hold in a frame (a column of mixed types) is kept as it is
 
 from __future__ import annotations
 
-import json
-import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -36,11 +32,9 @@ from pytest_backintel.evidence.perturb import (
     write_done,
 )
 from stores.base import DatasetFiles
-from stores.schema_keys import DeclaredKeys, duckdb_declared_keys, sqlite_declared_keys
+from stores.schema_keys import DeclaredKeys, sqlite_declared_keys
 
 __all__ = ["FILE_FORMS", "perturb_source", "source_form"]
-
-_SCHEMA = "_schema.json"
 
 
 def _frames(
@@ -125,107 +119,8 @@ def _sqlite(src: Path, dst: Path, salt: int) -> list[str]:
     return notes
 
 
-def _duckdb(src: Path, dst: Path, salt: int) -> list[str]:
-    import duckdb
-
-    shutil.copyfile(src, dst)
-    if (wal := src.with_name(src.name + ".wal")).is_file():
-        shutil.copyfile(wal, dst.with_name(dst.name + ".wal"))
-    con = duckdb.connect(str(dst), config={"autoload_known_extensions": "false"})
-    try:
-        tables = [
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
-                "AND table_type = 'BASE TABLE' ORDER BY 1"
-            ).fetchall()
-        ]
-        notes: list[str] = []
-        frames = _frames(lambda t: con.execute(f"SELECT * FROM {_q(t)}").pl(), tables, notes)
-        perturbed = _perturbed(frames, salt, duckdb_declared_keys(con), notes)
-        _replace_in_order(
-            list(perturbed),
-            lambda t: con.execute(f"DELETE FROM {_q(t)}"),
-            lambda t: _duckdb_insert(con, t, perturbed[t]),
-            duckdb.ConstraintException,
-        )
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
-    return notes
-
-
-def _duckdb_insert(con: Any, table: str, df: pl.DataFrame) -> None:
-    con.register("backintel_perturbed", df)
-    try:
-        con.execute(f"INSERT INTO {_q(table)} SELECT * FROM backintel_perturbed")
-    finally:
-        con.unregister("backintel_perturbed")
-
-
-def _replace_in_order(
-    tables: list[str],
-    delete: Callable[[str], object],
-    insert: Callable[[str], object],
-    blocked: type[Exception],
-) -> None:
-    """Empty every table (referencing tables first, found by retrying what a foreign key
-    blocks), then refill them in the reverse order."""
-    order: list[str] = []
-    pending = list(tables)
-    while pending:
-        left = []
-        for table in pending:
-            try:
-                delete(table)
-                order.append(table)
-            except blocked:
-                left.append(table)
-        if len(left) == len(pending):
-            raise ValueError(f"cannot empty {', '.join(left)}: foreign keys block every order")
-        pending = left
-    for table in reversed(order):
-        insert(table)
-
-
-def _csv(src: Path, dst: Path, salt: int) -> list[str]:
-    import duckdb
-
-    dst.mkdir()
-    pinned_path = src / _SCHEMA
-    pinned: dict[str, dict[str, str]] = (
-        json.loads(pinned_path.read_text()) if pinned_path.is_file() else {}
-    )
-    con = duckdb.connect(config={"autoload_known_extensions": "false"})
-    schema: dict[str, dict[str, str]] = {}
-    frames: dict[str, pl.DataFrame] = {}
-    notes: list[str] = []
-    try:
-        for path in sorted(src.glob("*.csv")):
-            where = _lit(str(path.resolve()))
-            if path.stem in pinned:
-                cols = ", ".join(f"{_lit(k)}: {_lit(v)}" for k, v in pinned[path.stem].items())
-                how = f"auto_detect = false, columns = {{{cols}}}"
-            else:
-                how = "auto_detect = true"
-            rel = con.sql(f"SELECT * FROM read_csv({where}, header = true, {how})")
-            schema[path.stem] = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
-            frames[path.stem] = rel.pl()
-        for table, df in _perturbed(frames, salt, DeclaredKeys(), notes).items():
-            con.register("backintel_perturbed", df)
-            target = _lit(str(dst / f"{table}.csv"))
-            con.execute(f"COPY backintel_perturbed TO {target} (HEADER, DELIMITER ',')")
-            con.unregister("backintel_perturbed")
-    finally:
-        con.close()
-    (dst / _SCHEMA).write_text(json.dumps(schema, indent=1))
-    return notes
-
-
 _BUILDERS: dict[str, Callable[[Path, Path, int], list[str]]] = {
     "sqlite": _sqlite,
-    "duckdb": _duckdb,
-    "csv": _csv,
 }
 
 

@@ -194,7 +194,8 @@ def _plans(
     entity: dict[str, tuple[str, str]] = {}
     for table in tables:
         key = keys[table]
-        if len(key) == 1 and (name := names[table][key[0]]) != "id" and id_like(name):
+        name = names[table][key[0]] if len(key) == 1 else "id"
+        if name != "id" and (id_like(name) or id_like(key[0])):  # `CustomerId` -> customerid
             entity.setdefault(name, (table, key[0]))
     edges = [
         (t, cols, p, pcols)

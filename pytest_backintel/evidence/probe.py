@@ -218,8 +218,9 @@ class Probes:
         """(kind, plans, notes) when `backend` serves the probe as views over the source
         (`perturb_views.view_probe_kind`), else None."""
         from pytest_backintel.evidence.perturb_views import view_probe_kind
+        from pytest_backintel.evidence.perturb_views_duckdb import duckdb_view_probe_kind
 
-        kind = view_probe_kind(backend, form)
+        kind = view_probe_kind(backend, form) or duckdb_view_probe_kind(backend, form)
         if kind is None and form is None:  # a database used in place (PostgreSQL)
             from pytest_backintel.evidence.perturb_views_pg import pg_view_probe_kind
 

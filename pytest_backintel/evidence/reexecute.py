@@ -173,7 +173,8 @@ def _follows_data(
         res.probes.append({"probe": number, "skipped": unknown})
         return  # the evaluator's own query cannot say; the harness, not the analyst, is short
     try:
-        values, problems = _run_one(item, scenario, probe.session, probe.python())
+        python = probe.python() if item.kind == "python" else None  # a probe's file is built
+        values, problems = _run_one(item, scenario, probe.session, python)  # only for Python
     except (QueryError, EvidenceRunError) as exc:
         res.probes.append({"probe": number, "error": str(exc)[:2000]})
         for name in item.metrics:
