@@ -274,6 +274,42 @@ def test_hidden_literals_are_unsupported_through_the_probe_views(
         assert "public.Invoice is read past the probe's view" in error, error
 
 
+def test_python_evidence_reads_the_source_and_its_probes_through_the_query_channel(
+    tmp_path: Path, source: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python evidence over a PostgreSQL source has no file to read: it reads through the
+    sandbox's query channel (`bs.query`), which on a probe runs in the probe's own session, so
+    a program that reads the data passes and one that prints the true value is unsupported."""
+    dsn, truth = source
+    monkeypatch.setenv("SRC_DSN", dsn)
+    folder = project(tmp_path / "p", {"postgres": "SRC_DSN"})
+    assert backintel(folder, "references", "build").returncode == 0
+    value = truth["usa-invoices"]
+    reads = (
+        "import json, backintel_store as bs\n"
+        'rows = bs.query("SELECT COUNT(*) AS m FROM \\"Invoice\\" '
+        'WHERE \\"BillingCountry\\" = \'USA\'")\n'
+        "print(json.dumps({'m': rows[0]['m']}))\n"
+    )
+    prints = f"import json\nprint(json.dumps({{'m': {value}}}))\n"
+    outcomes = {}
+    for name, code in (("reads", reads), ("prints", prints)):
+        answer = {
+            "status": "answered",
+            "metrics": [{"name": "m", "value": value, "unit": "invoices"}],
+            "evidence": [{"id": "p1", "kind": "python", "code": code, "metrics": ["m"]}],
+        }
+        path = folder / f"{name}.json"
+        path.write_text(json.dumps(answer))
+        scenario = "scenarios/usa-invoices.scenario.yaml"
+        done = backintel(folder, "score", "--scenario", scenario, str(path))
+        assert done.stdout, done.stderr[-3000:]
+        outcomes[name] = json.loads(done.stdout)
+    assert outcomes["reads"]["outcome"] == "pass", outcomes["reads"]
+    assert len(outcomes["reads"]["evidence"][0]["probes"]) == 2, outcomes["reads"]
+    assert outcomes["prints"]["outcome"] == "unsupported_evidence", outcomes["prints"]
+
+
 WRITER = """
 import os, time
 import psycopg
