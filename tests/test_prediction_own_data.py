@@ -107,3 +107,28 @@ def test_a_labels_file_that_does_not_match_the_scoring_table_stops_the_build(
         labels.write_text(original)
     done = run(project, "uv run backintel references build")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_prediction_scenario_over_a_source_other_than_sqlite_is_refused_naming_its_line(
+    project: Path, tmp_path: Path
+) -> None:
+    """Its leakage re-runs need a SQLite file to copy; on another source they could not run,
+    so the scenario is refused at collection (never scored without them)."""
+    import duckdb
+
+    scenario = project / "predict" / "churn.scenario.yaml"
+    text = scenario.read_text()
+    folder = tmp_path / "p"
+    (folder / "predict").mkdir(parents=True)
+    (folder / "predict" / "churn-labels.csv").write_text(
+        (project / "predict" / "churn-labels.csv").read_text()
+    )
+    duckdb.connect(str(folder / "churn.duckdb")).close()  # refused before it is read
+    bound = text.replace("sqlite: ../churn.sqlite", "duckdb: ../churn.duckdb")
+    assert bound != text, text
+    (folder / "predict" / "churn.scenario.yaml").write_text(bound)
+    done = run(folder, "uv run backintel validate predict")
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "churn.scenario.yaml:" in out, out
+    assert "needs a sqlite source, not duckdb" in out, out

@@ -130,6 +130,12 @@ def check_source(path: Path, scenario: Scenario) -> None:
             problem = f"the folder {target} holds no *.{kind} files"
     if binding.store is not None and problem is None:
         problem = binding_problem(binding, binding.store)
+    if problem is None and scenario.prediction is not None and kind != "sqlite":
+        problem = (
+            f"a prediction scenario over your own data needs a sqlite source, not {kind}: its "
+            "program is re-run on copies with shuffled labels and shuffled features (the "
+            "leakage checks), which are made from a SQLite file; export the tables to one"
+        )
     if problem is not None:
         file, line = locate(path, ("dataset", kind))
         raise ScenarioFileError(path, [(line, f"dataset.{kind}", problem, file)])
