@@ -361,7 +361,10 @@ class PostgresSourceStore(Store):
                 try:
                     admin.execute(f"DROP ROLE IF EXISTS {ident(role)}")
                     break
-                except psycopg.errors.DependentObjectsStillExist as exc:
+                except (
+                    psycopg.errors.DependentObjectsStillExist,
+                    psycopg.errors.InternalError_,  # "cache lookup failed": a backend was
+                ) as exc:  # dropping the role's temporary views as the DROP looked at them
                     if time.monotonic() > deadline:
                         why = redact(str(exc).strip(), self.source_dsn)
                         raise StoreError(

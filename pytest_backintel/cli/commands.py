@@ -231,7 +231,10 @@ def _score(args: argparse.Namespace) -> int:
         print(f"backintel score: {exc}", file=sys.stderr)
         return 2
     finally:
-        scorer.close()
+        try:
+            scorer.close()
+        except StoreError as exc:  # the score stands; what is left, `backintel clean` removes
+            print(f"backintel score: cleaning up: {exc}", file=sys.stderr)
     print(
         json.dumps(
             {
