@@ -141,7 +141,7 @@ def make_source(kind: str, folder: Path, rows: int) -> tuple[str, dict[str, str]
         pg.execute(
             "INSERT INTO Invoice SELECT i, 1 + i * 7 % 1000, 'C' || (i % 24), "
             "format('%s Some Street, Some Town %s', i % 997, lpad((i % 99991)::text, 5, '0')), "
-            f"((i * 3779) % 2500 + 99) / 100.0 FROM generate_series(1, {rows}) i"
+            f"((i * 3779) % 2500 + 99) / 100.0 FROM generate_series(1::bigint, {rows}) i"
         )
 
     def drop() -> None:
@@ -285,7 +285,8 @@ def store_cost(kind: str, size_mb: int, tmp: Path) -> dict[str, float]:
 
     folder = tmp / f"store-{kind}-{size_mb}"
     (folder / "scenarios").mkdir(parents=True)
-    binding, _, cleanup = make_source(kind, folder, size_mb * 1_000_000 // ROW_BYTES)
+    binding, extra, cleanup = make_source(kind, folder, size_mb * 1_000_000 // ROW_BYTES)
+    os.environ.update(extra)  # a PostgreSQL source's DSN, named by the binding
     path = folder / "scenarios" / "size.scenario.yaml"
     path.write_text(SCENARIO.format(binding=binding, sql=SQL))
     source = user_source(load_scenario_file(path).dataset)
