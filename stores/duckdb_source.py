@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -253,6 +252,9 @@ class DuckDBSourceStore(Store):
         self._logical = LogicalCache(self.workdir.parent / "logical", backend=self.name)
         self._live: dict[str, SourceItem] = {}
         self._catalogs = OnceMap[str, Path]()
+        self.changes: list[str] = []
+        """Changes found by the end-of-run re-read (the session puts them in `run.json`
+        `source_changes` and the terminal summary)."""
 
     def location(self, dataset: DatasetFiles) -> Path:
         """Where the source is (`dataset.extra[kind]`, or the Parquet folder)."""
@@ -327,12 +329,11 @@ class DuckDBSourceStore(Store):
 
     def teardown_session(self) -> None:
         """Tear down the items left, then stream again every content hash taken from the disk
-        cache: bytes that changed behind an unchanged signature are a warning, not silence."""
+        cache: bytes that changed behind an unchanged signature are kept in `changes`."""
         for item in list(self._live.values()):
             item.teardown()
         self._live.clear()
-        for problem in self._hashes.recheck():
-            warnings.warn(f"the source changed during the run: {problem}", stacklevel=2)
+        self.changes += [f"the source changed during the run: {p}" for p in self._hashes.recheck()]
 
 
 class DuckDBFileSourceStore(DuckDBSourceStore):

@@ -90,6 +90,29 @@ def snapshot(where: Path) -> dict[str, tuple[bytes, int, int]]:
     return {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_mode) for p in files}
 
 
+def test_bytes_changed_behind_a_cached_hash_are_a_change_of_the_run(tmp_path: Path) -> None:
+    """A later process reads each file's hash from the cache; when the bytes behind an
+    unchanged signature differ, the end-of-run re-read puts it in the store's `changes`
+    (the session's `run.json` `source_changes`), where a clean run has none."""
+    where, _ = make("parquet", tmp_path)
+    workdir = tmp_path / "stores" / "lake-parquet"
+    first = SOURCE_STORES["parquet"](workdir / "1")
+    first.setup_session()
+    first.provision(dataset("parquet", where)).teardown()
+    first.teardown_session()
+    assert first.changes == []
+    cache = workdir / "hashes"
+    entry = max(cache.iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    entry.write_text("f" * 64)  # as if the bytes had moved behind the signature
+    later = SOURCE_STORES["parquet"](workdir / "2")
+    later.setup_session()
+    later.provision(dataset("parquet", where)).teardown()
+    later.teardown_session()
+    (change,) = later.changes
+    assert change.startswith("the source changed during the run: "), change
+    assert "holds other bytes" in change, change
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_items_share_the_source_under_opaque_names_without_a_copy(
     tmp_path: Path, kind: str
