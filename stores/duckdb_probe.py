@@ -29,10 +29,11 @@ from pathlib import Path
 import duckdb
 
 from stores._duckdb_common import BASE_CONFIG, DuckDBSession, quote_ident, quote_literal
-from stores.base import Fingerprint, ProvisionedStore, StoreError
+from stores.base import StoreError
 from stores.duckdb_source import DuckDBSource, lock_down
 from stores.engine_process import IsolatedSession
 from stores.sqlite_probe import DROP_ONE_IN, TablePlan
+from stores.view_probe import ViewProbeStore
 
 __all__ = [
     "DuckDBProbeStore",
@@ -144,7 +145,7 @@ def open_probe(
     return conn
 
 
-class DuckDBProbeStore(ProvisionedStore):
+class DuckDBProbeStore(ViewProbeStore):
     """The probe of one DuckDB-served source and salt: sessions over the views, and (on first
     use of `mount_path`) a materialised copy for Python evidence, built by `materialise_to`."""
 
@@ -166,8 +167,7 @@ class DuckDBProbeStore(ProvisionedStore):
         self._plans = plans
         self._types = types
         self._salt = salt
-        self._materialise_to = materialise_to
-        self._mount: Path | None = None
+        super().__init__(materialise_to)
 
     def local_session(self) -> DuckDBSession:
         """The guarded session over the views in this process."""
@@ -176,16 +176,6 @@ class DuckDBProbeStore(ProvisionedStore):
 
     def connect(self) -> IsolatedSession:
         return IsolatedSession(self.local_session, where=self.display_id, timeout_s=self._timeout_s)
-
-    def fingerprint(self) -> Fingerprint:
-        raise StoreError("a data probe is read through views and is not fingerprinted")
-
-    @property
-    def mount_path(self) -> Path | None:
-        """The perturbed tables as files, built on first use (None: no builder)."""
-        if self._mount is None and self._materialise_to is not None:
-            self._mount = self._materialise_to()
-        return self._mount
 
     def teardown(self) -> None:
         pass  # sessions are closed by their users; nothing else is held

@@ -31,8 +31,6 @@ from typing import Any
 from stores.base import (
     MAX_RESULT_BYTES,
     MAX_ROWS,
-    Fingerprint,
-    ProvisionedStore,
     QueryError,
     QueryRefused,
     QueryResult,
@@ -43,6 +41,7 @@ from stores.plans import postgres_scans
 from stores.postgres import PostgresSession
 from stores.postgres_source import ProvisionedPostgresSource
 from stores.sqlite_probe import DROP_ONE_IN, TablePlan
+from stores.view_probe import ViewProbeStore
 
 __all__ = ["PostgresProbeSession", "PostgresProbeStore", "view_statements"]
 
@@ -183,7 +182,7 @@ class PostgresProbeSession(PostgresSession):
         return super().run_sql(sql, max_rows, max_bytes)
 
 
-class PostgresProbeStore(ProvisionedStore):
+class PostgresProbeStore(ViewProbeStore):
     """The probe of one PostgreSQL source and salt: sessions with the views, logged in as
     the probe's own SELECT-only role (dropped at teardown)."""
 
@@ -198,6 +197,7 @@ class PostgresProbeStore(ProvisionedStore):
         timeout_s: float,
         views: list[tuple[str, str]] | None = None,
     ) -> None:
+        super().__init__()  # no file to mount: Python evidence reads through the query channel
         self._item = item
         self._views = list(views or [])
         self.store_id = item.store_id
@@ -216,9 +216,6 @@ class PostgresProbeStore(ProvisionedStore):
             raise StoreError(redact(str(exc), dsn)) from None
         self._sessions.append(session)
         return session
-
-    def fingerprint(self) -> Fingerprint:
-        raise StoreError("a data probe is read through views and is not fingerprinted")
 
     def teardown(self) -> None:
         for session in self._sessions:

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from stores.base import Fingerprint, ProvisionedStore, StoreError
+from stores.base import StoreError
 from stores.sqlite import SQLiteSession
 from stores.sqlite_build import quote_ident
+from stores.view_probe import ViewProbeStore
 
 __all__ = [
     "DROP_ONE_IN",
@@ -141,7 +142,7 @@ class SQLiteProbeSession(SQLiteSession):
         return super()._authorize(action, arg1, arg2, *rest)
 
 
-class SQLiteProbeStore(ProvisionedStore):
+class SQLiteProbeStore(ViewProbeStore):
     """The probe of one SQLite file and salt: sessions with the views, and (on first use of
     `mount_path`) a materialised file for Python evidence, built by `materialise_to`."""
 
@@ -161,24 +162,13 @@ class SQLiteProbeStore(ProvisionedStore):
         self._timeout_s = timeout_s
         self._plans = plans
         self._salt = salt
-        self._materialise_to = materialise_to
-        self._mount: Path | None = None
+        super().__init__(materialise_to)
         self._sessions: list[SQLiteProbeSession] = []
 
     def connect(self) -> SQLiteProbeSession:
         session = SQLiteProbeSession(self._path, self._timeout_s, self._plans, self._salt)
         self._sessions.append(session)
         return session
-
-    def fingerprint(self) -> Fingerprint:
-        raise StoreError("a data probe is read through views and is not fingerprinted")
-
-    @property
-    def mount_path(self) -> Path | None:
-        """A SQLite file holding the perturbed tables, built on first use (None: no builder)."""
-        if self._mount is None and self._materialise_to is not None:
-            self._mount = self._materialise_to()
-        return self._mount
 
     def teardown(self) -> None:
         for session in self._sessions:
