@@ -33,10 +33,8 @@ catalog, so such an item is refused.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
-import hmac
 import json
 import secrets
 import threading
@@ -55,42 +53,18 @@ from stores.base import (
 )
 from stores.owner import Owner
 from stores.pg_conn import dsn_user, ident, redact, with_login, without_password
+from stores.pg_roles import scram_verifier, write_reach
 from stores.pg_signature import content_hash, signature
 from stores.pg_sweep import SOURCE_FILE, sweep_stale
 from stores.postgres import PostgresSession
 
-__all__ = ["SOURCE_FILE", "PostgresSourceStore", "ProvisionedPostgresSource", "scram_verifier"]
+__all__ = ["SOURCE_FILE", "PostgresSourceStore", "ProvisionedPostgresSource"]
 
 _HASHES: dict[tuple[str, str], str] = {}
 """Content hashes by (source, catalog signature), shared by this process's stores of a
 source (`backintel references build` and a run's data hash read it once)."""
 DROP_WAIT_S = 10.0
 """How long a role's drop waits for its sessions' backends to exit."""
-_WRITES = """
-SELECT n.nspname || '.' || c.relname || ' (' || p.priv || ')'
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-CROSS JOIN (VALUES ('INSERT'), ('UPDATE'), ('DELETE'), ('TRUNCATE')) AS p(priv)
-WHERE c.relkind IN ('r', 'p', 'm', 'v', 'f') AND c.relpersistence <> 't'
-  AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
-  AND n.nspname NOT LIKE 'pg\\_temp\\_%' AND n.nspname NOT LIKE 'pg\\_toast\\_temp\\_%'
-  AND (pg_has_role(c.relowner, 'USAGE') OR has_table_privilege(c.oid, p.priv))
-ORDER BY 1 LIMIT 5
-"""
-
-
-def scram_verifier(password: str, iterations: int = 4096) -> str:
-    """The SCRAM-SHA-256 verifier PostgreSQL stores for `password` (RFC 5803 form), so
-    `CREATE ROLE ... PASSWORD` never sends the password itself."""
-    salt = secrets.token_bytes(16)
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-    client = hmac.new(salted, b"Client Key", "sha256").digest()
-    stored = hashlib.sha256(client).digest()
-    server = hmac.new(salted, b"Server Key", "sha256").digest()
-    b64 = base64.b64encode
-    return (
-        f"SCRAM-SHA-256${iterations}:{b64(salt).decode()}"
-        f"${b64(stored).decode()}:{b64(server).decode()}"
-    )
 
 
 class ProvisionedPostgresSource(ProvisionedStore):
@@ -247,18 +221,10 @@ class PostgresSourceStore(Store):
         dsn = self.login_dsn(role, None)
         try:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-                flags = conn.execute(
-                    "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
-                ).fetchone()
-                writes = [str(r[0]) for r in conn.execute(_WRITES).fetchall()]
+                problems = write_reach(conn)
         except psycopg.Error as exc:
             why = redact(str(exc).strip(), dsn, self.source_dsn)
             raise StoreError(f"postgres source {self.where}: role {role!r}: {why}") from None
-        problems = []
-        if flags and flags[0]:
-            problems.append("it is a superuser")
-        if writes:
-            problems.append(f"it may write or owns: {', '.join(writes)}")
         if problems:
             raise StoreError(
                 f"postgres source {self.where}: the binding's role {role!r} is not read-only "
