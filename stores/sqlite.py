@@ -63,6 +63,9 @@ from stores.sqlite_policy import (
 
 __all__ = ["SQLiteProvisionedStore", "SQLiteSession", "SQLiteStore", "sqlite_logical_fingerprint"]
 
+LogicalOf = Callable[[sqlite3.Connection, Path], str]
+"""How an item's logical fingerprint is read: from a read-only connection and the file's path."""
+
 PRISTINE_MTIME_NS = 1_000_000_000
 """The mtime a fresh copy gets (1970-01-01T00:00:01Z): a write sets the present instead."""
 _PROGRESS_STEPS = 1000
@@ -279,8 +282,10 @@ class SQLiteProvisionedStore(ProvisionedStore):
         on_teardown: Callable[[str], object] | None = None,
         logical_cache: LogicalCache | None = None,
         denied: tuple[str, ...] = (),
+        logical_of: LogicalOf | None = None,
     ) -> None:
         self.store_id = store_id
+        self._logical_of = logical_of or (lambda conn, _path: sqlite_logical_fingerprint(conn))
         self._denied = denied
         self._path = path
         self._timeout_s = timeout_s
@@ -326,15 +331,17 @@ class SQLiteProvisionedStore(ProvisionedStore):
         return Fingerprint(logical=logical, physical=physical)
 
     def _logical(self, physical: str) -> str:
-        """The logical fingerprint, read through a private read-only connection."""
+        """The logical fingerprint, read through a private read-only connection; the file's
+        stat (which every write moves) must be the same after as before."""
+        before = self._path.stat()
         conn = connect_read_only(self._path)
         try:
-            logical = sqlite_logical_fingerprint(conn)
+            logical = self._logical_of(conn, self._path.resolve())
         except sqlite3.Error as exc:
             raise StoreError(f"cannot fingerprint store {self.display_id}: {exc}") from exc
         finally:
             conn.close()
-        if file_sha256(self._path) != physical:
+        if not _same_file_state(before, self._path.stat()):
             raise StoreError(f"store {self.display_id} changed while it was fingerprinted")
         return logical
 

@@ -6,16 +6,19 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from stores.base import QueryError
-from stores.fingerprint import LogicalHasher
+from stores.fingerprint import LogicalHasher, summary_digest
 from stores.sqlite_build import quote_ident
+from stores.sqlite_summary import duckdb_row_summaries
 
 __all__ = [
     "INTERNAL_PREFIX",
     "sqlite_btrees_read",
     "sqlite_logical_fingerprint",
+    "sqlite_source_fingerprint",
     "sqlite_tables_read",
 ]
 
@@ -78,11 +81,38 @@ def _canonical_rows(conn: sqlite3.Connection, table: str, columns: list[str]) ->
         yield from batch
 
 
+def _declared_columns(conn: sqlite3.Connection) -> dict[str, list[tuple[str, str]]]:
+    """Every user table's (column, declared type) pairs, by table name."""
+    tables = {}
+    for table in user_tables(conn, ("table",)):
+        info = conn.execute("SELECT name, type FROM pragma_table_info(?) ORDER BY cid", (table,))
+        tables[table] = [(str(n), str(t)) for n, t in info]
+    return tables
+
+
 def sqlite_logical_fingerprint(conn: sqlite3.Connection) -> str:
     """The logical fingerprint (see `stores.fingerprint`) of every user table on `conn`."""
     hasher = LogicalHasher()
-    for table in user_tables(conn, ("table",)):
-        info = conn.execute("SELECT name, type FROM pragma_table_info(?) ORDER BY cid", (table,))
-        columns = [(str(n), str(t)) for n, t in info]
+    for table, columns in _declared_columns(conn).items():
         hasher.add_table(table, columns, _canonical_rows(conn, table, [c for c, _ in columns]))
     return hasher.hexdigest()
+
+
+def sqlite_source_fingerprint(conn: sqlite3.Connection, path: Path) -> str:
+    """The fingerprint of a user's file used in place, in the summary family: per table,
+    DuckDB's one-pass summary where it reads the table exactly (`stores.sqlite_summary`),
+    else the table's sorted rows as `sqlite_logical_fingerprint` hashes them; the digest
+    names which way each table was read."""
+    tables = _declared_columns(conn)
+    summaries = duckdb_row_summaries(path, list(tables))
+    entries: list[tuple[str, list[tuple[str, str]], tuple[object, ...]]] = []
+    for table, columns in tables.items():
+        summary = summaries.get(table)
+        if summary is None:
+            hasher = LogicalHasher()
+            names = [c for c, _ in columns]
+            hasher.add_table(table, columns, _canonical_rows(conn, table, names))
+            entries.append((table, columns, ("sorted-rows", hasher.hexdigest())))
+        else:
+            entries.append((table, columns, ("duckdb-row-hash", *summary)))
+    return summary_digest(entries)
