@@ -4,8 +4,8 @@ The built worlds' SQLite copies keep the sorted-rows family (`stores.fingerprint
 `sqlite_logical_fingerprint`): exact, but it sorts every table by every column and encodes each
 cell in Python, some 60 s per GB. A user's file used in place (`stores.sqlite_source`) is named
 instead by `stores.sqlite_fingerprint.sqlite_source_fingerprint`: per table, DuckDB reads the
-file through its SQLite scanner, in parallel and in `MEMORY_LIMIT`, and sums a per-row hash order-independently (the
-summary family of `stores._duckdb_common.logical_fingerprint`).
+file through its SQLite scanner, in parallel and in `MEMORY_LIMIT`, and sums a per-row hash
+order-independently (the summary family of `stores._duckdb_common.logical_fingerprint`).
 
 DuckDB reads a SQLite value exactly only as BIGINT, DOUBLE or VARCHAR, and then refuses any value
 of another storage class than its column's (text in an INTEGER column, a blob in a TEXT one).
