@@ -66,6 +66,11 @@ __all__ = ["SQLiteProvisionedStore", "SQLiteSession", "SQLiteStore", "sqlite_log
 LogicalOf = Callable[[sqlite3.Connection, Path], str]
 """How an item's logical fingerprint is read: from a read-only connection and the file's path."""
 
+RowCounts = Callable[[str, Callable[[], int]], int]
+"""A table's row count: kept, or computed by the callable given."""
+SharedCounts = OnceMap[tuple[str, tuple[str, ...], str], int]
+"""Row counts by (content hash, denied tables, table)."""
+
 PRISTINE_MTIME_NS = 1_000_000_000
 """The mtime a fresh copy gets (1970-01-01T00:00:01Z): a write sets the present instead."""
 _PROGRESS_STEPS = 1000
@@ -76,8 +81,15 @@ _MAX_COLUMNS = 900
 class SQLiteSession(StoreSession):
     """One analyst connection: read-only, one statement per call, time-limited."""
 
-    def __init__(self, path: Path, timeout_s: float, denied: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        path: Path,
+        timeout_s: float,
+        denied: tuple[str, ...] = (),
+        row_counts: RowCounts | None = None,
+    ) -> None:
         self._timeout_s = timeout_s
+        self._row_counts = row_counts
         self._denied = {t.lower() for t in denied}
         self._lock = threading.RLock()  # _translate may list tables
         self._deadline = float("inf")
@@ -168,10 +180,15 @@ class SQLiteSession(StoreSession):
             (found,),
             lambda c: [Column(str(n), str(t), nullable=not nn) for n, t, nn in c],
         )
-        count: int = self._run(
-            f"SELECT count(*) FROM {quote_ident(found)}", (), lambda c: c.fetchone()[0]
-        )
-        return TableInfo(name=found, columns=columns, row_count=count)
+
+        def count() -> int:
+            n: int = self._run(
+                f"SELECT count(*) FROM {quote_ident(found)}", (), lambda c: c.fetchone()[0]
+            )
+            return n
+
+        rows = count() if self._row_counts is None else self._row_counts(found, count)
+        return TableInfo(name=found, columns=columns, row_count=rows)
 
     def run_sql(
         self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
@@ -283,8 +300,10 @@ class SQLiteProvisionedStore(ProvisionedStore):
         logical_cache: LogicalCache | None = None,
         denied: tuple[str, ...] = (),
         logical_of: LogicalOf | None = None,
+        row_counts: SharedCounts | None = None,
     ) -> None:
         self.store_id = store_id
+        self._shared_counts = row_counts
         self._logical_of = logical_of or (lambda conn, _path: sqlite_logical_fingerprint(conn))
         self._denied = denied
         self._path = path
@@ -314,9 +333,20 @@ class SQLiteProvisionedStore(ProvisionedStore):
 
     def connect(self) -> SQLiteSession:
         self._check_live()
-        session = SQLiteSession(self._path, self._timeout_s, self._denied)
+        session = SQLiteSession(self._path, self._timeout_s, self._denied, self._counts())
         self._sessions.append(session)
         return session
+
+    def _counts(self) -> RowCounts | None:
+        """Row counts by table, shared by every item of the same content and grants while this
+        item's file is unwritten (a count reads the whole table: a second per GB)."""
+        pristine, shared = self._pristine, self._shared_counts
+        if pristine is None or shared is None:
+            return None
+        if not _same_file_state(pristine[0], self._path.stat()):
+            return None
+        key = (pristine[1], self._denied)
+        return lambda table, count: shared.get((*key, table), count)
 
     def fingerprint(self) -> Fingerprint:
         """Logical and physical hashes; the logical one read through a private connection."""
@@ -376,6 +406,7 @@ class SQLiteStore(Store):
         self._logical_cache = LogicalCache(self.workdir.parent / "logical", backend=self.name)
         """Shared by every process of this backend on the machine (`stores.logical_cache`)."""
         self._template_hashes = OnceMap[tuple[str, int, int, int], str]()
+        self._row_counts = SharedCounts()
 
     def provision(self, dataset: DatasetFiles) -> SQLiteProvisionedStore:
         source = self._templates.template(dataset)
@@ -395,6 +426,7 @@ class SQLiteStore(Store):
             on_teardown=lambda sid: self._live.pop(sid, None),
             logical_cache=self._logical_cache,
             denied=dataset.denied,
+            row_counts=self._row_counts,
         )
         try:
             shutil.copyfile(source, dest)

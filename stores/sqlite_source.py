@@ -65,7 +65,9 @@ class SQLiteSourceStore(SQLiteStore):
             self.statement_timeout_s,
             on_teardown=lambda sid: self._live.pop(sid, None),
             logical_cache=self._logical_cache,
+            denied=dataset.denied,
             logical_of=sqlite_source_fingerprint,
+            row_counts=self._row_counts,
         )
         try:
             state, physical = self._hashes.get(source)

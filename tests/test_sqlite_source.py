@@ -5,13 +5,14 @@ O(1) signature check; the content hash is streamed once per state and cached by 
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stores.base import DatasetFiles, QueryRefused
+from stores.base import DatasetFiles, QueryError, QueryRefused
 from stores.sqlite_source import SignedHashes, SQLiteSourceStore
 
 
@@ -171,3 +172,48 @@ def test_probe_views_keep_every_foreign_key_pointing_at_a_kept_row(
     assert kept <= len(invoices)
     assert kept_customers <= len(customers)
     assert plans["Customer"].key == (["CustomerId"] if len(customers) >= 4 else [])
+
+
+def test_a_withheld_grant_holds_on_a_source_used_in_place(tmp_path: Path) -> None:
+    """A scope's denied table is refused on the source as on a copy (it used to be dropped)."""
+    src = source(tmp_path)
+    store = SQLiteSourceStore(tmp_path / "stores" / "sqlite")
+    store.setup_session()
+    files = DatasetFiles("shop", parquet_dir=src, sqlite_path=src)
+    open_item = store.provision(files)
+    scoped = store.provision(replace(files, denied=("orders",)))
+    try:
+        with open_item.connect() as session:
+            assert session.describe_table("orders").row_count == 100
+        with scoped.connect() as session, pytest.raises(QueryRefused, match="no read grant"):
+            session.run_sql("SELECT COUNT(*) AS n FROM orders")
+        with scoped.connect() as session, pytest.raises(QueryError):
+            session.describe_table("orders")  # its row count is not handed over either
+    finally:
+        open_item.teardown()
+        scoped.teardown()
+        store.teardown_session()
+
+
+def test_row_counts_are_shared_per_content_and_never_past_a_write(tmp_path: Path) -> None:
+    src = source(tmp_path)
+    store = SQLiteSourceStore(tmp_path / "stores" / "sqlite")
+    store.setup_session()
+    files = DatasetFiles("shop", parquet_dir=src, sqlite_path=src)
+    first = store.provision(files)
+    try:
+        with first.connect() as session:
+            assert session.describe_table("orders").row_count == 100
+        con = sqlite3.connect(src)  # someone else writes the source
+        con.execute("INSERT INTO orders VALUES (1000, 1.0)")
+        con.commit()
+        con.close()
+        with first.connect() as session:  # this item's state is gone: counted again
+            assert session.describe_table("orders").row_count == 101
+        second = store.provision(files)
+        with second.connect() as session:
+            assert session.describe_table("orders").row_count == 101
+        second.teardown()
+    finally:
+        first.teardown()
+        store.teardown_session()
