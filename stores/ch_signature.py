@@ -64,7 +64,9 @@ def signature(admin: HttpClient, db: str) -> str:
         "SELECT name, engine, metadata_modification_time, create_table_query FROM system.tables "
         f"WHERE {where} ORDER BY name FORMAT TSVRaw"
     )
-    columns = admin.post(f"SELECT table, name, type FROM system.columns WHERE {where} FORMAT TSVRaw")
+    columns = admin.post(
+        f"SELECT table, name, type FROM system.columns WHERE {where} FORMAT TSVRaw"
+    )
     parts = admin.post(
         "SELECT table, name, rows, bytes_on_disk, modification_time FROM system.parts "
         f"WHERE {where} AND active ORDER BY table, name FORMAT TSVRaw"

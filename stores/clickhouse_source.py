@@ -65,8 +65,8 @@ class ProvisionedClickHouseSource(ProvisionedServer):
 class ClickHouseSourceStore(ClickHouseServerStore):
     """A user's ClickHouse database served in place (see the module docstring)."""
 
-    name: ClassVar[str] = "clickhouse-server"  # type: ignore[misc]
-    dialect: ClassVar[str] = "clickhouse"  # type: ignore[misc]
+    name: ClassVar[str] = "clickhouse-server"
+    dialect: ClassVar[str] = "clickhouse"
 
     def __init__(
         self, workdir: Path, source_dsn: str, *, statement_timeout_s: float | None = None

@@ -91,7 +91,9 @@ def source(
             server.post(f"INSERT INTO {db}.{table} FORMAT TabSeparated", body=body.encode())
         notes = "".join(f"note {i}\n" for i in range(1, 10))
         server.post(f"INSERT INTO {db}.Note FORMAT TabSeparated", body=notes.encode())
-        truth = {sid: server.query(spec[3], database=db).rows[0][0] for sid, spec in SCENARIOS.items()}
+        truth = {
+            sid: server.query(spec[3], database=db).rows[0][0] for sid, spec in SCENARIOS.items()
+        }
         parts = urlsplit(clickhouse_server["BACKINTEL_CLICKHOUSE_DSN"])
         yield f"clickhouse://{parts.netloc}/{db}", db, truth
     finally:
@@ -163,7 +165,7 @@ def test_a_run_passes_leaves_no_bi_database_and_never_shows_the_password(
     assert "'Note'" in run.stdout
     assert bi_databases(server) == before
     written = texts(folder)
-    assert "chsrc_" in written  # the files name the source, without its password
+    assert "clickhouse-src_ch" in written  # the world: the binding names the variable
     for text in (written, run.stdout, run.stderr, build.stdout, build.stderr):
         assert password not in text
 
@@ -306,11 +308,16 @@ def test_hidden_literals_are_unsupported_through_the_probe_views(
         assert honest["outcome"] == "pass", honest
         assert [g.split(":")[0] for g in honest["probe_gaps"]] == ["table 'Note' keeps every row"]
         value = truth[sid]
-        for code in (f"SELECT {value} AS m FROM Invoice LIMIT 1", f"SELECT max({value}) AS m FROM Invoice"):
+        for code in (
+            f"SELECT {value} AS m FROM Invoice LIMIT 1",
+            f"SELECT max({value}) AS m FROM Invoice",
+        ):
             got = score(sid, code)
             assert got["outcome"] == "unsupported_evidence", (code, got)
             assert "does not follow the data" in got["reasons"][0], got["reasons"]
-    qualified = score("usa-invoices", SCENARIOS["usa-invoices"][3].replace("Invoice", f"{db}.Invoice"))
+    qualified = score(
+        "usa-invoices", SCENARIOS["usa-invoices"][3].replace("Invoice", f"{db}.Invoice")
+    )
     assert qualified["outcome"] != "pass", qualified
     reads = (
         "import json, backintel_store as bs\n"

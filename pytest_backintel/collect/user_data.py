@@ -1,5 +1,6 @@
 """Data a user has, as a `World`: a SQLite or DuckDB file, a Parquet or CSV folder, or an
-existing PostgreSQL or ClickHouse database, bound in a scenario file (`dataset: {sqlite: shop.sqlite}`).
+existing PostgreSQL or ClickHouse database, bound in a scenario file
+(`dataset: {sqlite: shop.sqlite}`).
 
 Nothing is converted: each item gets the source as it is under an opaque name of its own (a
 SQLite file in place, through a per-item link, `stores.sqlite_source`; a DuckDB file, Parquet or

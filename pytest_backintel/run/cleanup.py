@@ -4,9 +4,10 @@ Every artefact names its owner: store and sandbox folders carry `stores.owner.OW
 (and sit under a folder named by the owner's pid: `<data>/stores/<spec>/<pid>/`,
 `<data>/sandbox/<pid>/`), pids cgroups are named `<pid>-<token>`, PostgreSQL databases and
 roles carry the owner as a comment, and the `bi_` databases made on a ClickHouse source's
-server are listed in the store folder that made them (`stores.ch_dsn.SOURCE_FILE`). Only artefacts whose owner is gone are removed (another
-host's are never judged), so live sessions of other users on the same machine keep theirs.
-Runs at every session start (controller) and on demand as `backintel clean`.
+server are listed in the store folder that made them (`stores.ch_dsn.SOURCE_FILE`). Only
+artefacts whose owner is gone are removed (another host's are never judged), so live
+sessions of other users on the same machine keep theirs. Runs at every session start
+(controller) and on demand as `backintel clean`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stores.owner import read_folder_owner
 from stores.ch_dsn import SOURCE_FILE as CH_SOURCE_FILE
+from stores.owner import read_folder_owner
 from stores.pg_sweep import SOURCE_FILE
 
 __all__ = ["CleanReport", "clean_stale", "register", "remove_folder", "stale_folders"]
