@@ -283,7 +283,7 @@ def test_hidden_literals_are_unsupported_through_the_probe_views(
     """`SELECT 91 AS m FROM Invoice LIMIT 1` and `SELECT max(469.58) AS m FROM Invoice` (with
     the true values) reproduce on the source but not on its probes, nor does Python evidence
     printing the value; the honest SQL and Python (through the query channel) pass; the
-    unkeyed `Note` is the one probe gap; evidence naming the source database is not a pass."""
+    unkeyed `Note` is the one probe gap; evidence naming the source database is refused, named."""
     dsn, db, truth = source
     monkeypatch.setenv("SRC_CH", dsn)
     folder = project(tmp_path / "p", {"clickhouse": "SRC_CH"})
@@ -318,7 +318,8 @@ def test_hidden_literals_are_unsupported_through_the_probe_views(
     qualified = score(
         "usa-invoices", SCENARIOS["usa-invoices"][3].replace("Invoice", f"{db}.Invoice")
     )
-    assert qualified["outcome"] != "pass", qualified
+    assert qualified["outcome"] == "unsupported_evidence", qualified
+    assert f"'{db}.Invoice' is outside this store" in qualified["reasons"][0], qualified
     reads = (
         "import json, backintel_store as bs\n"
         "rows = bs.query(\"SELECT count() AS m FROM Invoice WHERE BillingCountry = 'USA'\")\n"
