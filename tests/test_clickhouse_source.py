@@ -174,7 +174,8 @@ def test_a_password_in_the_dsn_is_redacted_in_errors_and_records(
     tmp_path: Path, source: tuple[str, str, dict[str, Any]]
 ) -> None:
     """A DSN with its password written in it: a wrong database, a bad parameter and an
-    unreachable port name the DSN with `***`; the store folder's record holds no password."""
+    unreachable port name the DSN with `***`; the store folder's record and the lock file
+    built from a scenario file holding the DSN hold no password."""
     from stores.ch_dsn import SOURCE_FILE
     from stores.clickhouse_source import ClickHouseSourceStore
 
@@ -201,6 +202,13 @@ def test_a_password_in_the_dsn_is_redacted_in_errors_and_records(
         assert item.store_id not in (tmp_path / "ok" / SOURCE_FILE).read_text()
     finally:
         store.teardown_session()
+    folder = project(tmp_path / "p", {"clickhouse": dsn})  # the password in the file itself
+    build = backintel(folder, "references", "build")
+    assert build.returncode == 0, build.stdout + build.stderr
+    lock = (folder / "scenarios" / "backintel.lock.json").read_text()
+    assert db in lock
+    for text in (lock, build.stdout, build.stderr):
+        assert password not in text
 
 
 REFUSED = [
