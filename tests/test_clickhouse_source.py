@@ -467,3 +467,66 @@ def test_a_clickhouse_binding_is_checked_at_collection(tmp_path: Path) -> None:
         assert "usa-invoices.scenario.yaml:" in text, text
         assert why in text, text
         assert "sekrit99" not in text, text
+
+
+def test_keys_come_from_a_unique_primary_key_then_names_and_money_keeps_its_type(
+    tmp_path: Path, server: HttpClient, source: tuple[str, str, dict[str, Any]]
+) -> None:
+    """A primary key that is unique is the entity key (`Invoice`); one that is not
+    (`Payment` sorted by `CustomerId`) gives way to the unique id-like column `PaymentID`;
+    a dependant follows a parent by name (`InvoiceLine.InvoiceId`). On a probe, a quarter to
+    a half of the rows are gone (their own hash, and their customer's), every kept line's
+    invoice is kept, and Decimal, Nullable Decimal and Float columns keep their types while
+    their values move."""
+    from pytest_backintel.evidence.perturb_views_ch import ch_plan, ch_view_probe
+    from stores.clickhouse_source import ClickHouseSourceStore
+
+    dsn, db, _ = source
+    server.post(
+        f"CREATE TABLE {db}.Payment (CustomerId Int32, PaymentID Int64, "
+        "Amount Nullable(Decimal(12, 2)), Rate Float32) ENGINE = MergeTree ORDER BY CustomerId"
+    )
+    server.post(
+        f"INSERT INTO {db}.Payment SELECT toInt32(number % 7), toInt64(number), "
+        "if(number % 5 = 0, NULL, toDecimal64(number, 2) / 4), toFloat32(number) / 8 "
+        "FROM system.numbers LIMIT 200"
+    )
+    store = ClickHouseSourceStore(tmp_path / "w", dsn)
+    store.setup_session()
+    files = DatasetFiles("src", parquet_dir=tmp_path / "none")
+    try:
+        plans, notes = ch_plan(store, files)
+        assert plans["Invoice"].key == ["InvoiceId"]
+        assert plans["Customer"].key == ["CustomerId"]
+        assert plans["Payment"].key == ["PaymentID"]
+        assert (["InvoiceId"], "Invoice", ["InvoiceId"]) in plans["InvoiceLine"].parents
+        assert plans["Payment"].scale == ["Amount", "Rate"]
+        assert plans["Invoice"].scale == ["Total"]
+        assert [n.split(":")[0] for n in notes] == ["table 'Note' keeps every row"]
+        item = store.provision(files)
+        probe = ch_view_probe(store, files, tmp_path, 1, None, plans, notes)
+        try:
+            with item.connect() as base, probe.connect() as perturbed:
+                for table in ("Invoice", "Payment"):
+                    types = base.describe_table(table).columns
+                    assert perturbed.describe_table(table).columns == types
+                    whole = base.run_sql(f"SELECT count() AS n FROM {table}").rows[0][0]
+                    kept = perturbed.run_sql(f"SELECT count() AS n FROM {table}").rows[0][0]
+                    assert 0.4 * whole < kept < 0.9 * whole, (table, whole, kept)  # and parents
+                orphans = perturbed.run_sql(
+                    "SELECT count() AS n FROM InvoiceLine WHERE InvoiceId NOT IN "
+                    "(SELECT InvoiceId FROM Invoice)"
+                )
+                assert orphans.rows == [(0,)]
+                sql = "SELECT PaymentID, Amount, Rate FROM Payment ORDER BY PaymentID"
+                before = {r[0]: r[1:] for r in base.run_sql(sql).rows}
+                after = {r[0]: r[1:] for r in perturbed.run_sql(sql).rows}
+                moved = [k for k in after if after[k] != before[k]]
+                assert len(moved) > 0.7 * len(after)
+                assert all((after[k][0] is None) == (before[k][0] is None) for k in after)
+        finally:
+            probe.teardown()
+            item.teardown()
+    finally:
+        store.teardown_session()
+    assert not any(n in bi_databases(server) for n in (item.store_id, probe.store_id))
