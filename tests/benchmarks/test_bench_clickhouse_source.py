@@ -50,7 +50,8 @@ def make_source(env: dict[str, str], rows: int) -> tuple[str, str, HttpClient, s
     admin.post(
         f"INSERT INTO {db}.Invoice SELECT i, toInt32(1 + i * 7 % 1000), concat('C', "
         "toString(i % 24)), concat(toString(i % 997), ' Some Street, Some Town ', "
-        "leftPad(toString(i % 99991), 5, '0')), toDecimal64(((i * 3779) % 2500 + 99), 2) / 100 "
+        "substring(concat('00000', toString(i % 99991)), length(toString(i % 99991)) + 1, 5)), "
+        "toDecimal64(((i * 3779) % 2500 + 99), 2) / 100 "
         f"FROM (SELECT toInt64(number + 1) AS i FROM system.numbers LIMIT {rows})",
         timeout_s=3600,
     )
