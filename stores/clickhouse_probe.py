@@ -14,13 +14,17 @@ The source's own views are left out of the probe (named in its notes): a stateme
 fails on the probe, as on any table it does not have. The analyst's statements on the probe go
 through the same check and `readonly=1` as on the item (`stores.clickhouse_server.ServerSession`):
 the probe's database is the only one they reach, so a qualified name cannot read past the
-views.
+views. They are sent with `enable_optimize_predicate_expression=1` (`ProbeSession`): 18.16
+reads a view whole unless it may push the query's WHERE into it, so without it a key lookup
+on a probe would scan the table.
 """
 
 from __future__ import annotations
 
+from stores import clickhouse_policy as policy
 from stores.base import StoreError
 from stores.clickhouse_engine import quote
+from stores.clickhouse_http import ClickHouseHTTPError, Rows
 from stores.clickhouse_server import ServerSession
 from stores.clickhouse_source import ClickHouseSourceStore, ProvisionedClickHouseSource
 from stores.sqlite_probe import DROP_ONE_IN, TablePlan
@@ -92,6 +96,26 @@ def view_statements(
     return statements
 
 
+class ProbeSession(ServerSession):
+    """The item's session class on a probe's database, sent with predicate pushdown on
+    (`ClickHouseSourceStore.probe_analyst`): a key lookup reads a few granules, not the
+    whole table under the view."""
+
+    def _run(self, sql: str, analyst_sql: str | None = None) -> Rows:
+        self._item.require()
+        store = self._item.store
+        client = store.probe_analyst if isinstance(store, ClickHouseSourceStore) else None
+        if client is None:
+            raise StoreError(f"{self._item.display_id}: the probe's store is not set up")
+        try:
+            return client.query(
+                sql, database=self._item.store_id, timeout_s=store.statement_timeout_s + 30
+            )
+        except ClickHouseHTTPError as exc:
+            where, timeout_s = self._item.display_id, store.statement_timeout_s
+            raise policy.classify(str(exc), where, timeout_s, analyst_sql) from exc
+
+
 class ClickHouseProbeStore(ViewProbeStore):
     """The probe of one ClickHouse source and salt: its database of perturbed views, read
     through the item's session class (no file to mount: Python evidence reads through the
@@ -111,10 +135,10 @@ class ClickHouseProbeStore(ViewProbeStore):
         self._item = ProvisionedClickHouseSource(store, store.create_database(statements))
         self.store_id = self._item.store_id
 
-    def connect(self) -> ServerSession:
+    def connect(self) -> ProbeSession:
         if self._item.store_id not in self._item.store.databases():
             raise StoreError(f"{self.display_id} was torn down")
-        return ServerSession(self._item)
+        return ProbeSession(self._item)
 
     def teardown(self) -> None:
         self._item.teardown()

@@ -2,9 +2,11 @@
 
 `dataset: {clickhouse: DSN}` (`clickhouse://user:password@host:port/db`, `stores.ch_dsn`)
 names a database on the user's server. Each item gets a database of its own, `bi_<hex>`
-(opaque), holding one view per served table of the source under the table's name
-(`CREATE VIEW bi_<hex>.T AS SELECT * FROM <db>.T`): made from the catalog, so it costs the
-same at 1 MB and at 10 GB, and dropped when the item ends. The store folder lists the
+(opaque), holding one read-through table per served table of the source under the table's
+name (`CREATE TABLE bi_<hex>.T AS <db>.T ENGINE = Merge(<db>, '^T$')`, which stores nothing
+and hands each query to the source table, so its primary key still prunes the read; a view
+per view of the source): made from the catalog, so it costs the same at 1 MB and at 10 GB,
+and dropped when the item ends. The store folder lists the
 databases it made (`stores.ch_dsn.SOURCE_FILE`) so `backintel clean` drops them after a
 `kill -9` (ClickHouse 18.16 has no comment on a database to carry an owner).
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import threading
 from pathlib import Path
 from typing import ClassVar
@@ -36,7 +39,7 @@ from stores.base import DatasetFiles, Fingerprint, Store, StoreError, new_store_
 from stores.ch_dsn import ClickHouseDsn, record
 from stores.ch_signature import content_hash, served_tables, signature
 from stores.clickhouse_engine import Engine, literal, quote
-from stores.clickhouse_http import ClickHouseHTTPError
+from stores.clickhouse_http import ClickHouseHTTPError, HttpClient
 from stores.clickhouse_server import ClickHouseServerStore, ProvisionedServer
 
 __all__ = ["ClickHouseSourceStore", "ProvisionedClickHouseSource"]
@@ -44,6 +47,24 @@ __all__ = ["ClickHouseSourceStore", "ProvisionedClickHouseSource"]
 _HASHES: dict[tuple[str, str], str] = {}
 """Content hashes by (source, catalog signature), shared by this process's stores of a
 source (`backintel references build` and a run's data hash read it once)."""
+
+
+def item_tables(src: str, tables: list[tuple[str, str]]) -> list[str]:
+    """The statements that make an item's database (`{db}`) read the source `src` (quoted):
+    a `Merge` table per table, which hands each query to the source table itself, so its
+    primary key and skip indexes still prune the read (18.16 does not push a WHERE into a
+    view, so through a view a key lookup would scan the whole table), and a view per view."""
+    out = []
+    for name, engine in tables:
+        target = "{db}." + quote(name)
+        if engine in ("View", "MaterializedView"):
+            out.append(f"CREATE VIEW {target} AS SELECT * FROM {src}.{quote(name)}")
+        else:
+            pattern = literal(f"^{re.escape(name)}$")
+            out.append(
+                f"CREATE TABLE {target} AS {src}.{quote(name)} ENGINE = Merge({src}, {pattern})"
+            )
+    return out
 
 
 class ProvisionedClickHouseSource(ProvisionedServer):
@@ -78,6 +99,7 @@ class ClickHouseSourceStore(ClickHouseServerStore):
         self._made: set[str] = set()
         self._first: str | None = None
         self._served = False
+        self.probe_analyst: HttpClient | None = None
         self.changes: list[str] = []
         """What the end-of-run check found changed in the source (empty: nothing)."""
 
@@ -110,6 +132,12 @@ class ClickHouseSourceStore(ClickHouseServerStore):
         timeout = f"{max(1, round(self.statement_timeout_s))}"
         # `readonly` last: the server applies the URL's settings in order
         self._analyst = self.dsn.client({"max_execution_time": timeout, "readonly": "1"})
+        pushdown = {"enable_optimize_predicate_expression": "1"}
+        self.probe_analyst = self.dsn.client(
+            {"max_execution_time": timeout, **pushdown, "readonly": "1"}
+        )
+        """The probes' client: their tables are views with a WHERE, which 18.16 reads whole
+        unless it may push the query's own WHERE into them (off by default there)."""
         Store.setup_session(self)
         record(self.workdir, self.dsn, set())
         self._engine = Engine.acquire(self.workdir)
@@ -188,10 +216,7 @@ class ClickHouseSourceStore(ClickHouseServerStore):
             tables = served_tables(self.admin, self.source_db)
         except ClickHouseHTTPError as exc:
             raise self._fail("cannot list the tables", exc) from None
-        views = [
-            "CREATE VIEW {db}." + f"{quote(t)} AS SELECT * FROM {src}.{quote(t)}" for t, _ in tables
-        ]
-        return ProvisionedClickHouseSource(self, self.create_database(views))
+        return ProvisionedClickHouseSource(self, self.create_database(item_tables(src, tables)))
 
     def teardown_session(self) -> None:
         """Drop the databases still here, hash the source once more without the cache and
