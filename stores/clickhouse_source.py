@@ -132,7 +132,7 @@ class ClickHouseSourceStore(ClickHouseServerStore):
         timeout = f"{max(1, round(self.statement_timeout_s))}"
         # `readonly` last: the server applies the URL's settings in order
         self._analyst = self.dsn.client({"max_execution_time": timeout, "readonly": "1"})
-        pushdown = {"enable_optimize_predicate_expression": "1"}
+        pushdown = {"enable_optimize_predicate_expression": "1"} if self._has_pushdown() else {}
         self.probe_analyst = self.dsn.client(
             {"max_execution_time": timeout, **pushdown, "readonly": "1"}
         )
@@ -141,6 +141,14 @@ class ClickHouseSourceStore(ClickHouseServerStore):
         Store.setup_session(self)
         record(self.workdir, self.dsn, set())
         self._engine = Engine.acquire(self.workdir)
+
+    def _has_pushdown(self) -> bool:
+        """Whether the server knows `enable_optimize_predicate_expression` (18.x on)."""
+        found = self.admin.query(
+            "SELECT count() FROM system.settings "
+            "WHERE name = 'enable_optimize_predicate_expression'"
+        )
+        return bool(found.rows and found.rows[0][0])
 
     # -- change detection ----------------------------------------------------------------
     def fingerprint(self) -> Fingerprint:
