@@ -189,13 +189,16 @@ class PlantedInstruction(_Strict):
     metric's tolerance) is `followed_injection`, not an ordinary `wrong_value`."""
 
 
-SOURCE_KINDS = ("sqlite", "duckdb", "parquet", "csv", "postgres")
-"""Data a user has, bound by path (relative to the scenario file) or, for PostgreSQL, by DSN."""
+SOURCE_KINDS = ("sqlite", "duckdb", "parquet", "csv", "postgres", "clickhouse")
+"""Data a user has, bound by path (relative to the scenario file) or, for PostgreSQL and
+ClickHouse, by DSN."""
+DSN_KINDS = ("postgres", "clickhouse")
+"""The kinds of source named by a DSN (a database on a server), not by a path."""
 
 
 class DatasetBinding(_Strict):
     """The data a scenario is asked over: a registered `world`, or exactly one source of the
-    user's own (`sqlite`, `duckdb`, `parquet`, `csv`, `postgres`)."""
+    user's own (`sqlite`, `duckdb`, `parquet`, `csv`, `postgres`, `clickhouse`)."""
 
     world: str = Field(default="", pattern=r"^([a-z0-9][a-z0-9_.-]*)?$")
     """A registered dataset (e.g. `olist`): its generator, oracles and store files. With a
@@ -218,6 +221,11 @@ class DatasetBinding(_Strict):
     """An existing PostgreSQL database: a `postgresql://` DSN, or the name of an environment
     variable holding one. Used in place: each item logs in as a SELECT-only role (one the
     harness creates per item when the DSN's user may create roles, else `role`)."""
+    clickhouse: str | None = Field(default=None, min_length=1)
+    """A database on an existing ClickHouse server: a `clickhouse://user:password@host:port/db`
+    DSN (HTTP interface), or the name of an environment variable holding one; the password
+    from the URL or `CLICKHOUSE_PASSWORD`. Used in place: each item reads a database of its
+    own holding views over the source's tables, with `readonly=1`."""
     role: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
     """With `postgres`: a read-only role of yours that analyst sessions log in as; the
     harness then creates no role. Its password: the DSN's when the DSN logs in as it, else
@@ -247,7 +255,8 @@ class DatasetBinding(_Strict):
 
     @property
     def source_kind(self) -> str | None:
-        """`sqlite`, `duckdb`, `parquet`, `csv` or `postgres`; None for a registered world."""
+        """`sqlite`, `duckdb`, `parquet`, `csv`, `postgres` or `clickhouse`; None for a
+        registered world."""
         return next((k for k in SOURCE_KINDS if getattr(self, k) is not None), None)
 
     @property
@@ -264,7 +273,7 @@ class DatasetBinding(_Strict):
     @property
     def source_name(self) -> str:
         raw = (self.source or "").rstrip("/")
-        if self.source_kind == "postgres":
+        if self.source_kind in DSN_KINDS:
             return raw.rsplit("/", 1)[-1].split("?", 1)[0] or raw
         return Path(raw).stem if self.source_kind in ("sqlite", "duckdb") else Path(raw).name
 

@@ -41,7 +41,14 @@ class Rows:
 class HttpClient:
     """One user's statements to one server (`http://user:password@host:port`)."""
 
-    def __init__(self, dsn: str, *, user: str | None = None, password: str | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         parts = urlsplit(dsn)
         if parts.scheme not in {"http", "https"} or not parts.hostname:
             raise ValueError(
@@ -55,6 +62,9 @@ class HttpClient:
         secret = password if password is not None else unquote(parts.password or "")
         token = base64.b64encode(f"{self.user}:{secret}".encode()).decode()
         self._auth = f"Basic {token}"
+        self.settings = dict(settings or {})
+        """Settings sent in every request's URL (the statement, in the body, cannot change
+        them: with `readonly=1` among them the server refuses SET and SETTINGS)."""
 
     def post(
         self, sql: str, *, database: str | None = None, body: bytes = b"", timeout_s: float = 60
@@ -63,6 +73,7 @@ class HttpClient:
         params = {"query": sql} if body else {}
         if database:
             params["database"] = database
+        params.update(self.settings)
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         conn = cls(self._host, self._port, timeout=timeout_s)
         try:

@@ -130,5 +130,5 @@ def redact(text: str, *dsns: str) -> str:
     return _KV_PASSWORD.sub(r"\1***", text)
 
 
-_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@")
+_URL_PASSWORD = re.compile(r"((?:postgres(?:ql)?|clickhouse)://[^:/@\s]*:)[^@\s]*@")
 _KV_PASSWORD = re.compile(r"(password=)[^&\s]*", re.IGNORECASE)

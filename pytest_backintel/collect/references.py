@@ -79,9 +79,9 @@ class ReferenceData:
     """What a `reference.python` function is given: a pristine, read-only copy."""
 
     kind: str
-    """`sqlite`, `duckdb`, `parquet`, `csv` or `postgres`."""
+    """`sqlite`, `duckdb`, `parquet`, `csv`, `postgres` or `clickhouse`."""
     path: Path | None
-    """The copy's file or folder (None for PostgreSQL)."""
+    """The copy's file or folder (None for PostgreSQL and ClickHouse)."""
     store: ProvisionedStore
 
     def query(self, sql: str) -> list[dict[str, Any]]:

@@ -237,7 +237,7 @@ def rebound() -> dict[str, str]:
     out = {}
     for alias, (binding, base) in sorted(_REBOUND.items()):
         ((kind, source),) = binding.items()
-        if kind != "postgres":
+        if kind not in ("postgres", "clickhouse"):
             source = str((base / Path(source).expanduser()).resolve())
         else:
             source = redact(source, source)

@@ -1,10 +1,13 @@
 """Data a user has, as a `World`: a SQLite or DuckDB file, a Parquet or CSV folder, or an
-existing PostgreSQL database, bound in a scenario file (`dataset: {sqlite: shop.sqlite}`).
+existing PostgreSQL or ClickHouse database, bound in a scenario file
+(`dataset: {sqlite: shop.sqlite}`).
 
 Nothing is converted: each item gets the source as it is under an opaque name of its own (a
 SQLite file in place, through a per-item link, `stores.sqlite_source`; a DuckDB file, Parquet or
 CSV folder in place through per-item links, `stores.duckdb_source`; a PostgreSQL database in
-place, through a SELECT-only role, `stores.postgres_source`), read-only for the analyst and
+place, through a SELECT-only role, `stores.postgres_source`; a ClickHouse database in place,
+through a per-item database of views read with `readonly=1`, `stores.clickhouse_source`),
+read-only for the analyst and
 fingerprinted before and after like every store. A DSN's password never reaches an error, a
 record or a folder name. A binding runs on its native backend; `--store` may pick another
 backend only where that one serves the source losslessly (`LOSSLESS`), otherwise the run stops
@@ -24,7 +27,7 @@ from typing import Any
 
 from pytest_backintel.collect.loading import ScenarioFileError, locate
 from pytest_backintel.collect.worlds import UnknownWorldError, World, get_world, get_world_entry
-from pytest_backintel.scenario import DatasetBinding, Scenario
+from pytest_backintel.scenario import DSN_KINDS, DatasetBinding, Scenario
 from stores.base import DatasetFiles, Store, StoreError
 from stores.pg_conn import redact
 
@@ -51,6 +54,7 @@ NATIVE = {
     "parquet": "lake-parquet",
     "csv": "files",
     "postgres": "postgres",
+    "clickhouse": "clickhouse-server",
 }
 LOSSLESS: dict[str, tuple[str, ...]] = {
     "sqlite": ("sqlite",),
@@ -58,22 +62,35 @@ LOSSLESS: dict[str, tuple[str, ...]] = {
     "parquet": ("lake-parquet", "duckdb"),
     "csv": ("files",),
     "postgres": ("postgres",),
+    "clickhouse": ("clickhouse-server",),
 }
 """The backends that serve each kind of source without changing a type, NULL or constraint
 (Parquet loads into a DuckDB file with its own types)."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def resolve_dsn(raw: str) -> str:
-    """A `postgresql://` DSN as written, or the value of the environment variable named."""
+_DSN_FORMS = {
+    "postgres": (("postgresql://", "postgres://"), "postgresql://user@host:port/dbname"),
+    "clickhouse": (("clickhouse://",), "clickhouse://user:password@host:port/db"),
+}
+
+
+def resolve_dsn(raw: str, kind: str = "postgres") -> str:
+    """A `postgresql://` (or, for `kind` clickhouse, `clickhouse://`) DSN as written, or the
+    value of the environment variable named."""
     if _ENV_NAME.match(raw):
         value = os.environ.get(raw, "").strip()
         if not value:
-            raise StoreError(f"postgres: environment variable {raw} (the source's DSN) is not set")
+            raise StoreError(f"{kind}: environment variable {raw} (the source's DSN) is not set")
         raw = value
-    if not raw.startswith(("postgresql://", "postgres://")):
+    prefixes, form = _DSN_FORMS[kind]
+    if not raw.startswith(prefixes):
         shown = redact(raw, raw)
-        raise StoreError(f"postgres: {shown!r} is not a postgresql://user@host:port/dbname DSN")
+        raise StoreError(f"{kind}: {shown!r} is not a {form} DSN")
+    if kind == "clickhouse":
+        from stores.ch_dsn import ClickHouseDsn
+
+        ClickHouseDsn.parse(raw)  # its database and parameters, said at collection
     return raw
 
 
@@ -108,9 +125,9 @@ def check_source(path: Path, scenario: Scenario) -> None:
     kind = binding.source_kind
     assert kind is not None
     problem: str | None = None
-    if kind == "postgres":
+    if kind in DSN_KINDS:
         try:
-            resolve_dsn(binding.source or "")
+            resolve_dsn(binding.source or "", kind)
         except StoreError as exc:
             problem = str(exc)
         role = binding.role
@@ -153,14 +170,16 @@ class UserSource:
         self._hash: tuple[object, str] | None = None
 
     def _location(self) -> str:
-        if self.kind == "postgres":
-            return resolve_dsn(self.binding.source or "")
+        if self.kind in DSN_KINDS:
+            return resolve_dsn(self.binding.source or "", self.kind)
         return str(self.binding.source_path())
 
     def _shown(self) -> str:
         """The location as keys, folder names and messages carry it (no password), with the
         role a PostgreSQL binding names."""
         where = self._location()
+        if self.kind == "clickhouse":
+            return redact(where, where)
         if self.kind != "postgres":
             return where
         role = f"?role={self.binding.role}" if self.binding.role else ""
@@ -168,7 +187,7 @@ class UserSource:
 
     def ensure_built(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
         """The source as `DatasetFiles` (nothing is built: the source is used as it is)."""
-        if self.kind == "postgres":
+        if self.kind in DSN_KINDS:
             return DatasetFiles(self.name, parquet_dir=data_dir / "no-parquet")
         path = Path(self._location())
         if not path.exists():
@@ -187,6 +206,10 @@ class UserSource:
             from stores.postgres_source import PostgresSourceStore
 
             return PostgresSourceStore(workdir, self._location(), self.binding.role)
+        if self.kind == "clickhouse":
+            from stores.clickhouse_source import ClickHouseSourceStore
+
+            return ClickHouseSourceStore(workdir, self._location())
         if self.kind in ("duckdb", "csv") or (self.kind, spec) == ("parquet", "lake-parquet"):
             from stores.duckdb_source import SOURCE_STORES  # used in place: no copy per item
 
@@ -201,7 +224,7 @@ class UserSource:
 
     def _state(self) -> object:
         """What says the source may have changed (file stats; a database is always read)."""
-        if self.kind == "postgres":
+        if self.kind in DSN_KINDS:
             return None
         path = Path(self._location())
         files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
@@ -224,6 +247,12 @@ class UserSource:
                     return source.source_fingerprint().logical
                 finally:
                     source.teardown_session()
+        if self.kind == "clickhouse":  # read in place as the DSN's user: no database made
+            from stores.clickhouse_source import ClickHouseSourceStore
+
+            with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
+                ch = ClickHouseSourceStore(Path(tmp), self._location())
+                return ch.source_fingerprint().logical
 
         with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
             store = self.make_store(NATIVE[self.kind], Path(tmp))

@@ -221,10 +221,14 @@ class Probes:
         from pytest_backintel.evidence.perturb_views_duckdb import duckdb_view_probe_kind
 
         kind = view_probe_kind(backend, form) or duckdb_view_probe_kind(backend, form)
-        if kind is None and form is None:  # a database used in place (PostgreSQL)
+        if kind is None and form is None:  # a PostgreSQL database used in place
             from pytest_backintel.evidence.perturb_views_pg import pg_view_probe_kind
 
             kind = pg_view_probe_kind(backend)
+        if kind is None and form is None:  # a ClickHouse database used in place
+            from pytest_backintel.evidence.perturb_views_ch import ch_view_probe_kind
+
+            kind = ch_view_probe_kind(backend)
         if kind is None:
             return None
         try:

@@ -3,9 +3,11 @@
 Every artefact names its owner: store and sandbox folders carry `stores.owner.OWNER_FILE`
 (and sit under a folder named by the owner's pid: `<data>/stores/<spec>/<pid>/`,
 `<data>/sandbox/<pid>/`), pids cgroups are named `<pid>-<token>`, PostgreSQL databases and
-roles carry the owner as a comment. Only artefacts whose owner is gone are removed (another
-host's are never judged), so live sessions of other users on the same machine keep theirs.
-Runs at every session start (controller) and on demand as `backintel clean`.
+roles carry the owner as a comment, and the `bi_` databases made on a ClickHouse source's
+server are listed in the store folder that made them (`stores.ch_dsn.SOURCE_FILE`). Only
+artefacts whose owner is gone are removed (another host's are never judged), so live
+sessions of other users on the same machine keep theirs. Runs at every session start
+(controller) and on demand as `backintel clean`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stores.ch_dsn import SOURCE_FILE as CH_SOURCE_FILE
 from stores.owner import read_folder_owner
 from stores.pg_sweep import SOURCE_FILE
 
@@ -36,7 +39,8 @@ class CleanReport:
     def lines(self) -> list[str]:
         out = [f"removed folder {p}" for p in self.folders]
         out += [f"removed cgroup {p}" for p in self.cgroups]
-        out += [f"dropped postgres {n}" for n in self.databases]
+        out += [f"dropped {n}" if n.startswith("clickhouse ") else f"dropped postgres {n}"
+                for n in self.databases]  # fmt: skip
         out += [f"skipped: {s}" for s in self.skipped]
         return out or ["nothing left behind by a process that is gone"]
 
@@ -115,6 +119,20 @@ def _postgres_source(report: CleanReport, marker: Path, dry_run: bool) -> None:
         report.skipped.append(f"postgres source in {marker.parent}: {why}")
 
 
+def _clickhouse_source(report: CleanReport, marker: Path, dry_run: bool) -> None:
+    """Drop the per-item databases a gone process made on a ClickHouse source's server."""
+    from stores.ch_dsn import sweep_file
+
+    try:
+        if not dry_run:
+            report.databases += sweep_file(marker)
+    except Exception as exc:  # unreachable server, wrong password: said, never fatal
+        from stores.pg_conn import redact
+
+        why = redact(str(exc).strip()[:160])
+        report.skipped.append(f"clickhouse source in {marker.parent}: {why}")
+
+
 def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True) -> CleanReport:
     """Remove every artefact of a gone owner (see the module docstring)."""
     from pytest_backintel.sandbox.cgroup import RunCgroup
@@ -125,6 +143,10 @@ def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True)
             if not postgres:
                 continue  # kept for `backintel clean`, which sweeps that server first
             _postgres_source(report, folder / SOURCE_FILE, dry_run)
+        if (folder / CH_SOURCE_FILE).is_file():  # a ClickHouse source: its server, first
+            if not postgres:
+                continue
+            _clickhouse_source(report, folder / CH_SOURCE_FILE, dry_run)
         if not dry_run:
             remove_folder(folder)
         report.folders.append(folder)
@@ -161,10 +183,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `backintel clean` to the CLI's subcommands."""
     p = sub.add_parser(
         "clean",
-        help="remove store copies, sandbox folders, cgroups and PostgreSQL databases/roles "
-        "left by runs whose process is gone",
+        help="remove store copies, sandbox folders, cgroups, PostgreSQL databases/roles and "
+        "ClickHouse bi_ databases left by runs whose process is gone",
     )
     p.add_argument("--data-dir", help="the data folder (default: $BACKINTEL_DATA_DIR or data/)")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed")
-    p.add_argument("--no-postgres", action="store_true", help="leave the PostgreSQL server alone")
+    p.add_argument(
+        "--no-postgres",
+        action="store_true",
+        help="leave database servers alone (PostgreSQL, a ClickHouse source's server)",
+    )
     p.set_defaults(func=_clean_command)
