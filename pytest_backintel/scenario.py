@@ -225,7 +225,7 @@ class DatasetBinding(_Strict):
     """A database on an existing ClickHouse server: a `clickhouse://user:password@host:port/db`
     DSN (HTTP interface), or the name of an environment variable holding one; the password
     from the URL or `CLICKHOUSE_PASSWORD`. Used in place: each item reads a database of its
-    own holding views over the source's tables, with `readonly=1`."""
+    own holding a `Merge` table over each of the source's tables, with `readonly=1`."""
     role: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
     """With `postgres`: a read-only role of yours that analyst sessions log in as; the
     harness then creates no role. Its password: the DSN's when the DSN logs in as it, else
