@@ -34,6 +34,7 @@ __all__ = [
     "NATIVE",
     "UserSource",
     "binding_problem",
+    "bound_folder",
     "check_name",
     "check_source",
     "check_world",
@@ -62,6 +63,12 @@ LOSSLESS: dict[str, tuple[str, ...]] = {
 """The backends that serve each kind of source without changing a type, NULL or constraint
 (Parquet loads into a DuckDB file with its own types)."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def bound_folder(data_dir: Path, spec: str, source_key: str) -> Path:
+    """The folder of the backend `spec` serving one source of your own: each process works
+    in `<folder>/<pid>`, and what every process may share is kept beside."""
+    return data_dir / "stores" / re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{spec}@{source_key}")[-80:]
 
 
 def resolve_dsn(raw: str) -> str:
@@ -151,6 +158,8 @@ class UserSource:
         self.name = binding.world
         self.key = f"{self.kind}:{self._shown()}"
         self._hash: tuple[object, str] | None = None
+        self._data_dir: Path | None = None
+        """The data folder `ensure_built` was given: where stores keep what processes share."""
 
     def _location(self) -> str:
         if self.kind == "postgres":
@@ -168,6 +177,7 @@ class UserSource:
 
     def ensure_built(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
         """The source as `DatasetFiles` (nothing is built: the source is used as it is)."""
+        self._data_dir = data_dir
         if self.kind == "postgres":
             return DatasetFiles(self.name, parquet_dir=data_dir / "no-parquet")
         path = Path(self._location())
@@ -178,6 +188,11 @@ class UserSource:
         if self.kind in ("duckdb", "csv"):
             return DatasetFiles(self.name, parquet_dir=path, extra={self.kind: path})
         return DatasetFiles(self.name, parquet_dir=path)
+
+    def _cache_dir(self, spec: str) -> Path | None:
+        """Where `spec`'s stores of this source keep content hashes and fingerprints for every
+        process (a session's, `references build`'s): the folder of `bound_folder`."""
+        return None if self._data_dir is None else bound_folder(self._data_dir, spec, self.key)
 
     def make_store(self, spec: str, workdir: Path) -> Store:
         """The backend `spec` set up to serve this source (see `LOSSLESS`)."""
@@ -190,11 +205,11 @@ class UserSource:
         if self.kind in ("duckdb", "csv") or (self.kind, spec) == ("parquet", "lake-parquet"):
             from stores.duckdb_source import SOURCE_STORES  # used in place: no copy per item
 
-            return SOURCE_STORES[self.kind](workdir)
+            return SOURCE_STORES[self.kind](workdir, cache_dir=self._cache_dir(spec))
         if self.kind == "sqlite" and spec == "sqlite":  # used in place: no copy per item
             from stores.sqlite_source import SQLiteSourceStore
 
-            return SQLiteSourceStore(workdir)
+            return SQLiteSourceStore(workdir, cache_dir=self._cache_dir(spec))
         from stores.registry import load_store_class
 
         return load_store_class(spec)(workdir)
