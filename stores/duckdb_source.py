@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -246,10 +245,17 @@ class DuckDBSourceStore(Store):
     dialect: ClassVar[str] = "duckdb"
     kind: ClassVar[str]
 
-    def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        statement_timeout_s: float | None = None,
+        cache_dir: Path | None = None,
+    ) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
-        self._hashes = SignedHashes(self.workdir.parent / "hashes")
-        self._logical = LogicalCache(self.workdir.parent / "logical", backend=self.name)
+        shared = cache_dir or self.workdir.parent  # what every process of this source reads
+        self._hashes = SignedHashes(shared / "hashes")
+        self._logical = LogicalCache(shared / "logical", backend=self.name)
         self._live: dict[str, SourceItem] = {}
         self._catalogs = OnceMap[str, Path]()
         self.changes: list[str] = []
@@ -359,7 +365,7 @@ class CsvSourceStore(DuckDBSourceStore):
     kind: ClassVar[str] = "csv"
 
 
-SOURCE_STORES: dict[str, Callable[[Path], DuckDBSourceStore]] = {
+SOURCE_STORES: dict[str, type[DuckDBSourceStore]] = {
     "duckdb": DuckDBFileSourceStore,
     "parquet": ParquetSourceStore,
     "csv": CsvSourceStore,

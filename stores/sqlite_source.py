@@ -36,10 +36,17 @@ class SQLiteSourceStore(SQLiteStore):
 
     name: ClassVar[str] = "sqlite"
 
-    def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        statement_timeout_s: float | None = None,
+        cache_dir: Path | None = None,
+    ) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
-        self._hashes = SignedHashes(self.workdir.parent / "hashes")
-        self._logical_cache = LogicalCache(self.workdir.parent / "logical", backend="sqlite-source")
+        shared = cache_dir or self.workdir.parent  # what every process of this source reads
+        self._hashes = SignedHashes(shared / "hashes")
+        self._logical_cache = LogicalCache(shared / "logical", backend="sqlite-source")
 
     def source_file(self, dataset: DatasetFiles) -> Path:
         """The file items read: the source itself, or its rollback-journal copy when the

@@ -17,7 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_backintel.collect.user_data import binding_problem, source_store_spec, user_source
+from pytest_backintel.collect.user_data import (
+    binding_problem,
+    bound_folder,
+    source_store_spec,
+    user_source,
+)
 from pytest_backintel.scenario import Scenario
 from stores.base import Store
 from stores.registry import UnknownStoreError, available_stores, load_store_class
@@ -142,8 +147,7 @@ class StoreBackends:
         """The backend `spec` serving one source of your own (`make(workdir)` builds it)."""
         key = f"{spec}@{source}"
         if key not in self._stores:
-            folder = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)[-80:]
-            store = make(self._data_dir() / "stores" / folder / f"{os.getpid()}")
+            store = make(bound_folder(self._data_dir(), spec, source) / f"{os.getpid()}")
             store.setup_session()
             _WORKDIRS_IN_USE[store.workdir] += 1
             self._stores[key] = store

@@ -37,6 +37,7 @@ __all__ = [
     "NATIVE",
     "UserSource",
     "binding_problem",
+    "bound_folder",
     "check_name",
     "check_source",
     "check_world",
@@ -73,6 +74,12 @@ _DSN_FORMS = {
     "postgres": (("postgresql://", "postgres://"), "postgresql://user@host:port/dbname"),
     "clickhouse": (("clickhouse://",), "clickhouse://user:password@host:port/db"),
 }
+
+
+def bound_folder(data_dir: Path, spec: str, source_key: str) -> Path:
+    """The folder of the backend `spec` serving one source of your own: each process works
+    in `<folder>/<pid>`, and what every process may share is kept beside."""
+    return data_dir / "stores" / re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{spec}@{source_key}")[-80:]
 
 
 def resolve_dsn(raw: str, kind: str = "postgres") -> str:
@@ -168,6 +175,8 @@ class UserSource:
         self.name = binding.world
         self.key = f"{self.kind}:{self._shown()}"
         self._hash: tuple[object, str] | None = None
+        self._data_dir: Path | None = None
+        """The data folder `ensure_built` was given: where stores keep what processes share."""
 
     def _location(self) -> str:
         if self.kind in DSN_KINDS:
@@ -187,6 +196,7 @@ class UserSource:
 
     def ensure_built(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
         """The source as `DatasetFiles` (nothing is built: the source is used as it is)."""
+        self._data_dir = data_dir
         if self.kind in DSN_KINDS:
             return DatasetFiles(self.name, parquet_dir=data_dir / "no-parquet")
         path = Path(self._location())
@@ -197,6 +207,11 @@ class UserSource:
         if self.kind in ("duckdb", "csv"):
             return DatasetFiles(self.name, parquet_dir=path, extra={self.kind: path})
         return DatasetFiles(self.name, parquet_dir=path)
+
+    def _cache_dir(self, spec: str) -> Path | None:
+        """Where `spec`'s stores of this source keep content hashes and fingerprints for every
+        process (a session's, `references build`'s): the folder of `bound_folder`."""
+        return None if self._data_dir is None else bound_folder(self._data_dir, spec, self.key)
 
     def make_store(self, spec: str, workdir: Path) -> Store:
         """The backend `spec` set up to serve this source (see `LOSSLESS`)."""
@@ -213,11 +228,11 @@ class UserSource:
         if self.kind in ("duckdb", "csv") or (self.kind, spec) == ("parquet", "lake-parquet"):
             from stores.duckdb_source import SOURCE_STORES  # used in place: no copy per item
 
-            return SOURCE_STORES[self.kind](workdir)
+            return SOURCE_STORES[self.kind](workdir, cache_dir=self._cache_dir(spec))
         if self.kind == "sqlite" and spec == "sqlite":  # used in place: no copy per item
             from stores.sqlite_source import SQLiteSourceStore
 
-            return SQLiteSourceStore(workdir)
+            return SQLiteSourceStore(workdir, cache_dir=self._cache_dir(spec))
         from stores.registry import load_store_class
 
         return load_store_class(spec)(workdir)
