@@ -66,7 +66,11 @@ class Split(StrEnum):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    """The attribute docstrings below describe the fields in the JSON Schema; they are read
+    when the schema is rendered (`collect.loading.scenario_json_schema`), not at import
+    (pydantic's `use_attribute_docstrings` reads this file's source for every class)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ColumnSpec(_Strict):

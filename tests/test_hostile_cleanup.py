@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from pytest_backintel.cli.commands import main
-from pytest_backintel.run.cleanup import clean_stale
+from pytest_backintel.run.cleanup import clean_stale, clean_stale_in_background
 from pytest_backintel.sandbox.cgroup import RunCgroup
 from stores.faults import FAULT_ENV
 from stores.owner import OWNER_FILE, Owner, mark_folder
@@ -306,3 +307,20 @@ def test_a_kill_between_creating_and_marking_a_database_leaves_nothing_clean_mis
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.split() == [ok.stdout.split()[0], "survived"]
     assert marks(ok.stdout.split()[0]) == []  # the graceful end removed its own
+
+
+def test_the_background_sweep_waits_for_its_gate_and_runs_at_once_without_one(
+    tmp_path: Path,
+) -> None:
+    """A session whose process sends model requests lets its PostgreSQL sweep (psycopg's
+    import, a round trip) wait for the first request; without a gate it starts at once."""
+    gate = threading.Event()
+    gated = clean_stale_in_background(tmp_path / "data", gate.wait)
+    gated.join(timeout=1.0)
+    assert gated.is_alive(), "the sweep began before its gate opened"
+    gate.set()
+    gated.join(timeout=60)
+    assert not gated.is_alive()
+    ungated = clean_stale_in_background(tmp_path / "data")
+    ungated.join(timeout=60)
+    assert not ungated.is_alive()

@@ -71,6 +71,28 @@ def test_trials_and_their_requests_are_counted_from_their_own_spans() -> None:
     provider.shutdown()
 
 
+def test_a_model_request_starting_is_announced_before_it_is_sent() -> None:
+    """`on_request` runs when a request span starts (the session's work that can wait, such
+    as building probes, waits for it), not for the trial's span or a tool's."""
+    live = LiveTrials()
+    seen: list[bool] = []
+    provider = TracerProvider()
+    live.attach(provider)
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("backintel trial l1-x/t1"):
+        live.on_request = lambda: seen.append(True)
+        with tracer.start_as_current_span("running tool", attributes={"gen_ai.tool.name": "x"}):
+            pass
+        assert seen == [], "a tool's span is not a request"
+        with tracer.start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}):
+            assert seen == [True], "called when the request starts, not when it ends"
+    live.on_request = None
+    with tracer.start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}):
+        pass  # nobody listening: nothing to call
+    assert seen == [True]
+    provider.shutdown()
+
+
 def in_a_terminal(folder: Path, *args: str, columns: int = 160) -> str:
     """pytest run on a pseudo-terminal (`columns` wide): everything it wrote, escapes kept."""
     leader, follower = pty.openpty()

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+import itertools
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from pytest_backintel import scenario as scenario_module
 from pytest_backintel.collect.suites import (
     SHARED,
     SUITE_FILE,
@@ -52,9 +57,39 @@ class ScenarioFileError(Exception):
         super().__init__("\n".join(lines))
 
 
+def attribute_docs(module: ModuleType) -> dict[str, dict[str, str]]:
+    """{class name: {field: docstring}} for the string literals that follow an annotated
+    assignment in each top-level class of `module` (what pydantic's `use_attribute_docstrings`
+    reads, from one parse of the file)."""
+    tree = ast.parse(inspect.getsource(module))
+    docs: dict[str, dict[str, str]] = {}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for prev, stmt in itertools.pairwise(cls.body):
+            if (
+                isinstance(prev, ast.AnnAssign)
+                and isinstance(prev.target, ast.Name)
+                and isinstance(stmt, ast.Expr)
+                and isinstance(stmt.value, ast.Constant)
+                and isinstance(stmt.value.value, str)
+            ):
+                docs.setdefault(cls.name, {})[prev.target.id] = inspect.cleandoc(stmt.value.value)
+    return docs
+
+
+def _describe_fields(schema: dict[str, Any]) -> None:
+    """Each scenario model's attribute docstrings as its properties' descriptions."""
+    defs = schema.get("$defs", {})
+    for name, fields in attribute_docs(scenario_module).items():
+        props = (schema if name == Scenario.__name__ else defs.get(name, {})).get("properties")
+        for field, doc in fields.items():
+            if props is not None and field in props:
+                props[field].setdefault("description", doc)
+
+
 def scenario_json_schema() -> dict[str, Any]:
     """The JSON Schema of a scenario file, generated from the pydantic model."""
     schema = Scenario.model_json_schema()
+    _describe_fields(schema)
     schema["required"] = [f for f in schema["required"] if f not in SHARED]  # or a suite gives
     schema["properties"]["dataset"] = {  # or an alias a suite file binds
         "anyOf": [

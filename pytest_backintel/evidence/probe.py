@@ -158,17 +158,20 @@ class Probes:
         files: DatasetFiles,
         python: PythonFactory | None = None,
         data_hash: str | None = None,
+        after: Callable[[], object] | None = None,
     ) -> None:
         """Start building the probes of `files` in the background (once per key), so a trial
         whose analyst takes seconds finds them ready when its evidence needs them. A failed
-        build is not kept: the trial's own `get` tries again and reports the error."""
+        build is not kept: the trial's own `get` tries again and reports the error. The
+        thread first calls `after` (the session's wait for its first model request), so the
+        build does not take the GIL from the trial on its way to the model."""
         key = (spec, str(files.parquet_dir))
         with self._warming_lock:
             if key in self._warming:
                 return
             thread = threading.Thread(
                 target=self._warm_one,
-                args=(spec, backend, files, python, data_hash),
+                args=(spec, backend, files, python, data_hash, after),
                 name="backintel-probe-warm",
                 daemon=True,
             )
@@ -182,7 +185,10 @@ class Probes:
         files: DatasetFiles,
         python: PythonFactory | None,
         data_hash: str | None,
+        after: Callable[[], object] | None,
     ) -> None:
+        if after is not None:
+            after()
         with contextlib.suppress(Exception):  # the trial's own `get` reports it
             self.get(spec, backend, files, python, data_hash)
 

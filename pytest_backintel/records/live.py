@@ -5,6 +5,9 @@ span starting or ending adds or removes a trial, and every model request span (`
 operation.name == "chat"`) that ends inside a trial adds one request and its tokens. So the
 figures come from the agent's own instrumentation, for serial and concurrent trials alike.
 
+A model request span starting calls `on_request` (the session lets work that can wait, such as
+building the evidence probes, start once the first request is on its way).
+
 `LiveLine` draws `status_line(...)` on a terminal of its own (a duplicate of the TTY's file
 descriptor, which pytest's output capture does not redirect) after the cursor, saving and
 restoring the cursor around it, so `hide()` leaves pytest's own line exactly as it was.
@@ -75,6 +78,8 @@ class LiveTrials(SpanProcessor):
         self._trials: dict[int, Running] = {}
         self.on_change: Callable[[], None] | None = None
         """Called after every change (the status line redraws)."""
+        self.on_request: Callable[[], None] | None = None
+        """Called when a model request span starts, before the request is sent."""
         self._providers: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
 
     def attach(self, provider: TracerProvider) -> None:
@@ -106,9 +111,12 @@ class LiveTrials(SpanProcessor):
 
     # -- SpanProcessor ---------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        attrs = span.attributes or {}
         if span.name.startswith(TRIAL_SPAN):
-            case = (span.attributes or {}).get("backintel.case_key") or span.name
+            case = attrs.get("backintel.case_key") or span.name
             self.begin(span.context.trace_id, str(case))
+        elif attrs.get("gen_ai.operation.name") == "chat" and self.on_request is not None:
+            self.on_request()
 
     def on_end(self, span: ReadableSpan) -> None:
         ctx = span.context

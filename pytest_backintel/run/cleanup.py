@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,14 +158,22 @@ def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True)
     return report
 
 
-def clean_stale_in_background(data_dir: Path) -> threading.Thread:
+def clean_stale_in_background(
+    data_dir: Path, after: Callable[[], object] | None = None
+) -> threading.Thread:
     """`clean_stale` at a session's start: the folders and cgroups now, the PostgreSQL sweep
     (a server round trip, needed only by runs that can have left databases) in a thread the
-    session joins at its end, so the first item does not wait for it."""
+    session joins at its end, so the first item does not wait for it. The thread first calls
+    `after` (the session's wait for its first model request): importing psycopg is CPU that,
+    under one GIL, would otherwise delay that request."""
     clean_stale(data_dir, postgres=False)
-    thread = threading.Thread(
-        target=_postgres, args=(CleanReport(), False), name="backintel-pg-sweep", daemon=True
-    )
+
+    def sweep() -> None:
+        if after is not None:
+            after()
+        _postgres(CleanReport(), False)
+
+    thread = threading.Thread(target=sweep, name="backintel-pg-sweep", daemon=True)
     thread.start()
     return thread
 

@@ -36,6 +36,7 @@ from pytest_backintel.records import run_folder
 from pytest_backintel.records.cassettes import case_key, write_cassette
 from pytest_backintel.records.html_report import RECORD_KEY, junit_properties
 from pytest_backintel.records.interrupted import counts_in_pytest, mark_unreported, part_lengths
+from pytest_backintel.records.live import LIVE
 from pytest_backintel.records.writer import (
     RecordWriter,
     merge_parts,
@@ -98,6 +99,11 @@ class BenchSession:
         self._sandboxes: SandboxProvider | None = None
         self._tracing: Tracing | None = None
         self._sweep: threading.Thread | None = None
+        self.model_called = threading.Event()
+        """Set when this process's first model request starts (or at the session's end): work
+        that can wait (the PostgreSQL sweep, building the probes) waits for it, so under one
+        GIL it does not delay that request."""
+        LIVE.on_request = self.model_called.set
         self.budget = RunBudget(self.run_dir, self.options.run_limits)
         self.streak = ProviderStreak(self.run_dir, self.options.max_provider_failures)
         self._header: dict[str, Any] = {}
@@ -183,7 +189,8 @@ class BenchSession:
         python = evidence_runner(lambda: self.sandboxes) if with_python else None
         spec, (files, data_hash) = store_spec(scenario, self.options.store), self.dataset(scenario)
         if warm:
-            self.probes.warm(spec, self.store_for(scenario), files, python, data_hash)
+            store, after = self.store_for(scenario), self.model_called.wait
+            self.probes.warm(spec, store, files, python, data_hash, after)
             return []
         return self.probes.get(spec, self.store_for(scenario), files, python, data_hash)
 
@@ -438,7 +445,11 @@ class BenchSession:
     def start(self) -> None:
         if not self.is_controller:
             return
-        self._sweep = clean_stale_in_background(self.data_dir)  # what killed runs left
+        in_process = spec_kind(self.options.analyst) == "model" and not (
+            self.config.option.collectonly or self.config.pluginmanager.has_plugin("dsession")
+        )  # this process sends model requests: the sweep waits for the first
+        after = self.model_called.wait if in_process else None
+        self._sweep = clean_stale_in_background(self.data_dir, after)  # what killed runs left
         self._parts_before = part_lengths(self.run_dir) if self.run_dir.exists() else {}
         if self.config.pluginmanager.has_plugin("dsession") and self.options.analyst != "reference":
             self.check_analyst(model=not self.config.option.collectonly)
@@ -466,6 +477,9 @@ class BenchSession:
             self.budget.reset()  # a resumed run's budget is the whole run's
 
     def finish(self, exitstatus: int) -> None:
+        self.model_called.set()  # what waited for a request that never came runs now
+        if LIVE.on_request == self.model_called.set:
+            LIVE.on_request = None
         if self.pipeline is not None:  # trials started ahead of an interrupted run clean up
             self.pipeline.close()
         self.writer.close()

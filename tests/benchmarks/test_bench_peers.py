@@ -3,15 +3,34 @@ the in-repo test server (`BACKINTEL_BENCH_LATENCY` seconds a request, default 1)
 in flight (`--concurrency 40 --max-connections 16` for BackIntel, `max_concurrency=16` for
 pydantic-evals, `peers/pydantic_evals_run.py`), alternating, `BACKINTEL_BENCH_ROUNDS` rounds.
 
-Printed per run: wall time, seconds to the first model request as the server saw it, and the
-CPU the process had used by then (from /proc: start-up work, not the machine's load). Nothing
-asserted. pydantic-evals is not a dependency of this project: point `BACKINTEL_PEER_PYTHON`
-at a Python that has it (the same pydantic-ai version), with its bytecode compiled:
+Printed per harness (medians): wall time, seconds to the first model request as the server
+saw it, and the CPU the process had used by then (from /proc: start-up work, not the
+machine's load). Nothing asserted. pydantic-evals is not a dependency of this project: point
+`BACKINTEL_PEER_PYTHON` at a Python that has it (the same pydantic-ai and OpenAI SDK
+versions), with its bytecode compiled:
 
-    uv venv /tmp/peer && VIRTUAL_ENV=/tmp/peer uv pip install pydantic-evals==2.62.0
+    uv venv /tmp/peer && VIRTUAL_ENV=/tmp/peer uv pip install pydantic-evals==2.62.0 \\
+        "pydantic-ai-slim[openai]==2.62.0" openai==3.57.0
     /tmp/peer/bin/python -m compileall -q /tmp/peer/lib
     BACKINTEL_BENCHMARKS=1 BACKINTEL_PEER_PYTHON=/tmp/peer/bin/python \\
         uv run pytest tests/benchmarks -k peers -p no:xdist -s
+
+BackIntel runs in this project's environment ("backintel, dev venv": the test-only pytest
+plugins, hypothesis, syrupy, pytest-benchmark, load too) and, when `BACKINTEL_BENCH_PYTHON`
+names one, also in an environment with its runtime dependencies only, as a user installs it
+("backintel, runtime venv"; this checkout installed editable, so it runs the same code):
+
+    uv export --frozen --no-dev --no-emit-project --no-hashes -o /tmp/runtime.txt
+    uv venv /tmp/runtime && VIRTUAL_ENV=/tmp/runtime uv pip install --compile-bytecode \\
+        -r /tmp/runtime.txt && VIRTUAL_ENV=/tmp/runtime uv pip install --no-deps -e .
+    BACKINTEL_BENCH_PYTHON=/tmp/runtime/bin/python BACKINTEL_BENCHMARKS=1 \\
+        BACKINTEL_PEER_PYTHON=/tmp/peer/bin/python \\
+        uv run pytest tests/benchmarks -k peers -p no:xdist -s
+
+Before the measured rounds each BackIntel environment runs the job once, unmeasured, with
+`PYTHONDONTWRITEBYTECODE` unset, so pytest's assertion-rewritten copies of the plugin's
+modules are cached as on any machine that does not set it (where the variable is set, every
+process would otherwise rewrite them again; pydantic-evals' bytecode is compiled above).
 """
 
 from __future__ import annotations
@@ -32,6 +51,7 @@ from pytest_backintel.testing.model_server import ModelServer
 pytestmark = pytest.mark.benchmark
 
 PEER = os.environ.get("BACKINTEL_PEER_PYTHON", "")
+RUNTIME = os.environ.get("BACKINTEL_BENCH_PYTHON", "")
 ROUNDS = int(os.environ.get("BACKINTEL_BENCH_ROUNDS", "3"))
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -41,11 +61,13 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def _run(server: ModelServer, command: list[str]) -> tuple[float, float, float, str]:
+def _run(
+    server: ModelServer, command: list[str], env: dict[str, str] | None = None
+) -> tuple[float, float, float, str]:
     """(wall s, first request s, CPU s at the first request, last output line)."""
     seen = len(server.requests)
     start = time.time()
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env)
     cpu = float("nan")
     while process.poll() is None and len(server.requests) == seen:
         time.sleep(0.002)
@@ -61,19 +83,33 @@ def _run(server: ModelServer, command: list[str]) -> tuple[float, float, float, 
 def test_beside_pydantic_evals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     refs = json.loads((ROOT / "scenarios" / "references" / "olist.json").read_text())
     value = refs["references"]["l1-delivered-orders"]["values"]["delivered_orders"]
-    rows: dict[str, list[tuple[float, float, float, str]]] = {"pydantic-evals": [], "backintel": []}
+    pythons = {"backintel, dev venv": sys.executable}
+    if RUNTIME:
+        pythons["backintel, runtime venv"] = RUNTIME
+    rows: dict[str, list[tuple[float, float, float, str]]] = {"pydantic-evals": []}
+    rows |= {name: [] for name in pythons}
+    peer = [PEER, str(Path(__file__).parent / "peers" / "pydantic_evals_run.py")]
     with ModelServer() as server:
         _script(server, value)
+
+        def ours(python: str, folder: str) -> list[str]:
+            args = [python, "-m", "pytest", str(SCENARIO), "-q", "-p", "no:xdist"]
+            args += ["--model", "openai:bench", "--model-base-url", server.url]
+            args += ["--trials", "40", "--concurrency", "40", "--max-connections", "16"]
+            return [*args, f"--results-dir={tmp_path / folder}"]
+
+        caching = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        for python in pythons.values():  # unmeasured: pytest caches its rewritten modules
+            _run(server, ours(python, "warm-up"), env=caching)
         for n in range(ROUNDS):
-            peer = [PEER, str(Path(__file__).parent / "peers" / "pydantic_evals_run.py")]
             rows["pydantic-evals"].append(_run(server, [*peer, server.url, "16"]))
-            ours = [sys.executable, "-m", "pytest", str(SCENARIO), "-q", "-p", "no:xdist"]
-            ours += ["--model", "openai:bench", "--model-base-url", server.url, "--trials", "40"]
-            ours += ["--concurrency", "40", "--max-connections", "16"]
-            rows["backintel"].append(_run(server, [*ours, f"--results-dir={tmp_path / str(n)}"]))
+            for name, python in pythons.items():
+                rows[name].append(_run(server, ours(python, f"{n}-{len(rows[name])}")))
     with capsys.disabled():
         print(f"\n40 samples x 4 requests, {LATENCY_S:g} s a request, 16 in flight; medians")
-        print(f"{'harness':<16} {'wall s':>7} {'1st req s':>9} {'CPU at 1st s':>12}  last line")
+        print(f"{'harness':<24} {'wall s':>7} {'1st req s':>9} {'CPU at 1st s':>12}  last line")
         for name, runs in rows.items():
             wall, first, cpu = (statistics.median(r[i] for r in runs) for i in range(3))
-            print(f"{name:<16} {wall:>7.2f} {first:>9.2f} {cpu:>12.2f}  {runs[-1][3]}")
+            print(f"{name:<24} {wall:>7.2f} {first:>9.2f} {cpu:>12.2f}  {runs[-1][3]}")
+        cpus = [f"{name} {min(r[2] for r in runs):.2f}" for name, runs in rows.items()]
+        print("CPU at the 1st request, least of the rounds: " + ", ".join(cpus))
