@@ -70,6 +70,7 @@ from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
 from stores.pg_config import DEFAULT_DSN, INITDB
 from stores.pg_conn import adbc_module, ident, query_error, with_db
+from stores.pg_policy import refuse_sql_text_functions
 from stores.pg_sweep import sweep_stale
 from stores.pg_types import pg_type
 from stores.plans import postgres_tables_read
@@ -162,6 +163,7 @@ class PostgresSession(StoreSession):
                 "store is read-only; send one SELECT (or WITH, VALUES, TABLE). Writes, DDL, "
                 "temporary tables, COPY, SET, EXPLAIN, SHOW and transaction control are refused"
             )
+        refuse_sql_text_functions(sql, self._where)
         adbc = adbc_module()
         body = statement_body(sql)
         try:

@@ -25,6 +25,7 @@ after a crash of the client).
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from typing import Any
 
@@ -36,7 +37,14 @@ from stores.base import (
     QueryResult,
     StoreError,
 )
+from stores.caps import statement_body
 from stores.pg_conn import adbc_module, ident, redact
+from stores.pg_policy import (
+    outside_functions,
+    refuse_sql_text_functions,
+    refused_builtin,
+    view_calls,
+)
 from stores.plans import postgres_scans
 from stores.postgres import PostgresSession
 from stores.postgres_source import ProvisionedPostgresSource
@@ -46,6 +54,7 @@ from stores.view_probe import ViewProbeStore
 __all__ = ["PostgresProbeSession", "PostgresProbeStore", "view_statements"]
 
 _CATALOGS = {"pg_catalog", "information_schema"}
+_STATISTICS = {"pg_statistic", "pg_statistic_ext_data"}
 
 
 def _parents_first(plans: dict[str, TablePlan]) -> list[str]:
@@ -120,6 +129,14 @@ def view_statements(
     return statements
 
 
+def _past(relation: str, where: str) -> str:
+    return (
+        f"{relation} is read past the probe's view on {where} (a schema-qualified name, or a "
+        "view of the source's own the probe could not recreate); name the table without its "
+        "schema"
+    )
+
+
 class PostgresProbeSession(PostgresSession):
     """A read-only session whose `public` tables are this session's temporary views."""
 
@@ -142,10 +159,14 @@ class PostgresProbeSession(PostgresSession):
                 for statement in view_statements(plans, types, salt, self._token):
                     cur.execute(statement)
                 for name, body in views:  # the source's own views, over the probe's
+                    if refused_builtin(body) is not None:
+                        continue  # then a read through it is refused, named
                     cur.execute("SAVEPOINT bi_view")
                     try:
                         cur.execute(f"CREATE TEMP VIEW {ident(name)} AS {body.rstrip(' ;')}")
-                    except adbc.Error:  # then a read through it is refused, named
+                        if view_calls(cur, ident(name)):  # a function of the source's own
+                            cur.execute("ROLLBACK TO SAVEPOINT bi_view")
+                    except adbc.Error:
                         cur.execute("ROLLBACK TO SAVEPOINT bi_view")
             self._conn.commit()
         except adbc.Error as exc:
@@ -159,26 +180,63 @@ class PostgresProbeSession(PostgresSession):
                 ) from None
             raise StoreError(f"cannot create the probe's views on {where}: {text}") from None
 
+    def _calls_outside(self, sql: str) -> str | None:
+        """Why `sql` is refused for a function it calls or a relation it names outside
+        `pg_catalog` and the session's views (or why it cannot be checked), or None
+        (`stores.pg_policy.outside_functions`)."""
+        adbc = adbc_module()
+        body = statement_body(sql)
+        try:
+            with self._conn.cursor() as cur:
+                try:
+                    cur.adbc_execute_schema(body)  # one statement that parses alone
+                except adbc.Error:
+                    return None  # `run_sql` reports PostgreSQL's own error
+                self._conn.rollback()
+                try:
+                    cur.execute("SET TRANSACTION READ WRITE")  # a temporary view only
+                    called = outside_functions(cur, body, f"{self._token}_chk")
+                except adbc.Error as exc:
+                    why = str(exc).strip().splitlines()[0]
+                    return f"the statement cannot be checked on {self._where} ({why})"
+        finally:
+            with contextlib.suppress(adbc.Error):
+                self._conn.rollback()
+        if not called:
+            return None
+        kind, name = called[0]
+        if kind == "relation":
+            return _past(name, self._where)
+        return (
+            f"{kind} {name} is refused on {self._where}: it is defined outside pg_catalog, and "
+            "what such a function reads never shows in the statement's plan, so it cannot be "
+            "checked to read the probe's views; compute it in the query itself"
+        )
+
     def _bypass(self, sql: str) -> str | None:
-        """The first relation the plan of `sql` reads past this session's views, or None."""
+        """Why the plan of `sql` reads past this session's views (naming the relation), or
+        None."""
         try:
             scans = postgres_scans(self._conn, sql, self._where, self._timeout_s)
         except QueryError:
             return None  # not a plannable query: `run_sql` refuses or reports it
         for schema, relation, alias in scans:
+            if schema in _CATALOGS and relation in _STATISTICS:
+                return (
+                    f"{schema}.{relation} is refused on {self._where}: it holds sampled "
+                    "values of the source's own tables (pg_stats), past the probe's views"
+                )
             if schema not in _CATALOGS and not alias.startswith(self._token):
-                return f"{schema}.{relation}"
+                return _past(f"{schema}.{relation}", self._where)
         return None
 
     def run_sql(
         self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
     ) -> QueryResult:
-        past = self._bypass(sql)
-        if past is not None:
-            raise QueryRefused(
-                f"{past} is read past the probe's view on {self._where} (a schema-qualified "
-                "name, or a view of the source's own); name the table without its schema"
-            )
+        refuse_sql_text_functions(sql, self._where)
+        why = self._calls_outside(sql) or self._bypass(sql)
+        if why is not None:
+            raise QueryRefused(why)
         return super().run_sql(sql, max_rows, max_bytes)
 
 
