@@ -170,6 +170,7 @@ class PostgresSession(StoreSession):
             with self._conn.cursor() as cur:
                 schema = cur.adbc_execute_schema(body)
                 self._conn.rollback()
+                self._check(cur, body)
                 columns = list(schema.names)
                 cap = cell_cap(len(columns), max_rows, max_bytes)
                 types = [(f.metadata or {}).get(b"POSTGRESQL:type", b"").decode() for f in schema]
@@ -200,6 +201,10 @@ class PostgresSession(StoreSession):
             with contextlib.suppress(adbc.Error):
                 self._conn.rollback()
         return out.result()
+
+    def _check(self, cur: Any, body: str) -> None:
+        """Refuse (`QueryRefused`) what this session may not run of a statement known to be
+        one query that parses; called before it runs. Here: nothing more."""
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -18,9 +18,14 @@ one that cannot be recreated is left out). A schema-qualified name (`public."Inv
 a view left out, would read the table past the probe: before each statement runs, its plan
 (`EXPLAIN (VERBOSE)`, views expanded) must scan every relation outside
 `pg_catalog`/`information_schema` through this session's views (their scans carry an alias
-with a per-session random token), otherwise the statement is refused, naming the table. The
-views vanish with the session (PostgreSQL drops temporary objects when a session ends, also
-after a crash of the client).
+with a per-session random token), otherwise the statement is refused, naming the table.
+Before that, a statement may call no function, aggregate or operator defined outside
+`pg_catalog` and name no relation outside the catalogs and the session's views
+(`stores.pg_policy`: what such a function reads never shows in a plan), nor read
+`pg_statistic` (sampled values of the source's tables, behind `pg_stats`); a view of the
+source's own that calls a function of its own is left out. The views vanish with the
+session (PostgreSQL drops temporary objects when a session ends, also after a crash of the
+client).
 """
 
 from __future__ import annotations
@@ -30,18 +35,13 @@ import secrets
 from typing import Any
 
 from stores.base import (
-    MAX_RESULT_BYTES,
-    MAX_ROWS,
     QueryError,
     QueryRefused,
-    QueryResult,
     StoreError,
 )
-from stores.caps import statement_body
 from stores.pg_conn import adbc_module, ident, redact
 from stores.pg_policy import (
     outside_functions,
-    refuse_sql_text_functions,
     refused_builtin,
     view_calls,
 )
@@ -55,6 +55,12 @@ __all__ = ["PostgresProbeSession", "PostgresProbeStore", "view_statements"]
 
 _CATALOGS = {"pg_catalog", "information_schema"}
 _STATISTICS = {"pg_statistic", "pg_statistic_ext_data"}
+_CHECKED: dict[tuple[str, str], list[tuple[str, str]]] = {}
+"""What a statement calls or names outside the catalogs and the probe's views, by (source,
+statement): the same for every probe session of a source while its catalog stays as it is
+(a change to it ends the run as `infra_error`), so the two probes and later trials of the
+same evidence reuse it."""
+_CHECKED_MAX = 4096
 
 
 def _parents_first(plans: dict[str, TablePlan]) -> list[str]:
@@ -149,10 +155,12 @@ class PostgresProbeSession(PostgresSession):
         types: dict[str, dict[str, str]],
         salt: int,
         views: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+        source: str = "",
     ) -> None:
         super().__init__(dsn, where, timeout_s)
         adbc = adbc_module()
         self._token = f"bi_{secrets.token_hex(6)}"
+        self._source = source
         try:
             with self._conn.cursor() as cur:
                 cur.execute("SET TRANSACTION READ WRITE")  # temporary objects only: no grant
@@ -180,28 +188,25 @@ class PostgresProbeSession(PostgresSession):
                 ) from None
             raise StoreError(f"cannot create the probe's views on {where}: {text}") from None
 
-    def _calls_outside(self, sql: str) -> str | None:
-        """Why `sql` is refused for a function it calls or a relation it names outside
-        `pg_catalog` and the session's views (or why it cannot be checked), or None
-        (`stores.pg_policy.outside_functions`)."""
+    def _calls_outside(self, cur: Any, body: str) -> str | None:
+        """Why `body` (one query that parses) is refused for a function it calls or a
+        relation it names outside `pg_catalog` and the session's views (or why it cannot be
+        checked), or None (`stores.pg_policy.outside_functions`)."""
         adbc = adbc_module()
-        body = statement_body(sql)
-        try:
-            with self._conn.cursor() as cur:
-                try:
-                    cur.adbc_execute_schema(body)  # one statement that parses alone
-                except adbc.Error:
-                    return None  # `run_sql` reports PostgreSQL's own error
-                self._conn.rollback()
-                try:
-                    cur.execute("SET TRANSACTION READ WRITE")  # a temporary view only
-                    called = outside_functions(cur, body, f"{self._token}_chk")
-                except adbc.Error as exc:
-                    why = str(exc).strip().splitlines()[0]
-                    return f"the statement cannot be checked on {self._where} ({why})"
-        finally:
-            with contextlib.suppress(adbc.Error):
-                self._conn.rollback()
+        called = _CHECKED.get((self._source, body))
+        if called is None:
+            try:
+                cur.execute("SET TRANSACTION READ WRITE")  # a temporary view only, rolled back
+                called = outside_functions(cur, body, f"{self._token}_chk")
+            except adbc.Error as exc:
+                why = str(exc).strip().splitlines()[0]
+                return f"the statement cannot be checked on {self._where} ({why})"
+            finally:
+                with contextlib.suppress(adbc.Error):
+                    self._conn.rollback()
+            if len(_CHECKED) >= _CHECKED_MAX:
+                _CHECKED.clear()
+            _CHECKED[(self._source, body)] = called
         if not called:
             return None
         kind, name = called[0]
@@ -218,8 +223,8 @@ class PostgresProbeSession(PostgresSession):
         None."""
         try:
             scans = postgres_scans(self._conn, sql, self._where, self._timeout_s)
-        except QueryError:
-            return None  # not a plannable query: `run_sql` refuses or reports it
+        except QueryError as exc:  # it parsed, so this is unexpected: refuse, never pass
+            return f"the statement cannot be checked on {self._where} ({exc})"
         for schema, relation, alias in scans:
             if schema in _CATALOGS and relation in _STATISTICS:
                 return (
@@ -230,14 +235,10 @@ class PostgresProbeSession(PostgresSession):
                 return _past(f"{schema}.{relation}", self._where)
         return None
 
-    def run_sql(
-        self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
-    ) -> QueryResult:
-        refuse_sql_text_functions(sql, self._where)
-        why = self._calls_outside(sql) or self._bypass(sql)
+    def _check(self, cur: Any, body: str) -> None:
+        why = self._calls_outside(cur, body) or self._bypass(body)
         if why is not None:
             raise QueryRefused(why)
-        return super().run_sql(sql, max_rows, max_bytes)
 
 
 class PostgresProbeStore(ViewProbeStore):
@@ -266,7 +267,13 @@ class PostgresProbeStore(ViewProbeStore):
         self._sessions: list[PostgresProbeSession] = []
 
     def connect(self) -> PostgresProbeSession:
-        args: tuple[Any, ...] = (self._plans, self._types, self._salt, self._views)
+        args: tuple[Any, ...] = (
+            self._plans,
+            self._types,
+            self._salt,
+            self._views,
+            self._item.source_where,
+        )
         dsn = self._item.session_dsn()
         try:
             session = PostgresProbeSession(dsn, self.display_id, self._timeout_s, *args)

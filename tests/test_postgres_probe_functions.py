@@ -159,7 +159,7 @@ def test_a_function_read_is_the_evidences_outcome_through_a_run(
         return result
 
     assert score(SCENARIOS["usa-invoices"][3])["outcome"] == "pass"
-    got = score("SELECT n_usa() AS m")
+    got = score('SELECT n_usa() AS m FROM "Invoice" LIMIT 1')  # a table read, as required
     assert got["outcome"] == "unsupported_evidence", got
     error = got["evidence"][0]["probes"][0]["error"]
     assert "function public.n_usa is refused" in error, error
