@@ -70,6 +70,7 @@ from stores.owner import Owner
 from stores.pg_cluster import ThrowawayCluster
 from stores.pg_config import DEFAULT_DSN, INITDB
 from stores.pg_conn import adbc_module, ident, query_error, with_db
+from stores.pg_policy import refuse_sql_text_functions
 from stores.pg_sweep import sweep_stale
 from stores.pg_types import pg_type
 from stores.plans import postgres_tables_read
@@ -162,12 +163,14 @@ class PostgresSession(StoreSession):
                 "store is read-only; send one SELECT (or WITH, VALUES, TABLE). Writes, DDL, "
                 "temporary tables, COPY, SET, EXPLAIN, SHOW and transaction control are refused"
             )
+        refuse_sql_text_functions(sql, self._where)
         adbc = adbc_module()
         body = statement_body(sql)
         try:
             with self._conn.cursor() as cur:
                 schema = cur.adbc_execute_schema(body)
                 self._conn.rollback()
+                self._check(cur, body)
                 columns = list(schema.names)
                 cap = cell_cap(len(columns), max_rows, max_bytes)
                 types = [(f.metadata or {}).get(b"POSTGRESQL:type", b"").decode() for f in schema]
@@ -198,6 +201,10 @@ class PostgresSession(StoreSession):
             with contextlib.suppress(adbc.Error):
                 self._conn.rollback()
         return out.result()
+
+    def _check(self, cur: Any, body: str) -> None:
+        """Refuse (`QueryRefused`) what this session may not run of a statement known to be
+        one query that parses; called before it runs. Here: nothing more."""
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -18,25 +18,33 @@ one that cannot be recreated is left out). A schema-qualified name (`public."Inv
 a view left out, would read the table past the probe: before each statement runs, its plan
 (`EXPLAIN (VERBOSE)`, views expanded) must scan every relation outside
 `pg_catalog`/`information_schema` through this session's views (their scans carry an alias
-with a per-session random token), otherwise the statement is refused, naming the table. The
-views vanish with the session (PostgreSQL drops temporary objects when a session ends, also
-after a crash of the client).
+with a per-session random token), otherwise the statement is refused, naming the table.
+Before that, a statement may call no function, aggregate or operator defined outside
+`pg_catalog` and name no relation outside the catalogs and the session's views
+(`stores.pg_policy`: what such a function reads never shows in a plan), nor read
+`pg_statistic` (sampled values of the source's tables, behind `pg_stats`); a view of the
+source's own that calls a function of its own is left out. The views vanish with the
+session (PostgreSQL drops temporary objects when a session ends, also after a crash of the
+client).
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from typing import Any
 
 from stores.base import (
-    MAX_RESULT_BYTES,
-    MAX_ROWS,
     QueryError,
     QueryRefused,
-    QueryResult,
     StoreError,
 )
 from stores.pg_conn import adbc_module, ident, redact
+from stores.pg_policy import (
+    outside_functions,
+    refused_builtin,
+    view_calls,
+)
 from stores.plans import postgres_scans
 from stores.postgres import PostgresSession
 from stores.postgres_source import ProvisionedPostgresSource
@@ -46,6 +54,13 @@ from stores.view_probe import ViewProbeStore
 __all__ = ["PostgresProbeSession", "PostgresProbeStore", "view_statements"]
 
 _CATALOGS = {"pg_catalog", "information_schema"}
+_STATISTICS = {"pg_statistic", "pg_statistic_ext_data"}
+_CHECKED: dict[tuple[str, str], list[tuple[str, str]]] = {}
+"""What a statement calls or names outside the catalogs and the probe's views, by (source,
+statement): the same for every probe session of a source while its catalog stays as it is
+(a change to it ends the run as `infra_error`), so the two probes and later trials of the
+same evidence reuse it."""
+_CHECKED_MAX = 4096
 
 
 def _parents_first(plans: dict[str, TablePlan]) -> list[str]:
@@ -120,6 +135,14 @@ def view_statements(
     return statements
 
 
+def _past(relation: str, where: str) -> str:
+    return (
+        f"{relation} is read past the probe's view on {where} (a schema-qualified name, or a "
+        "view of the source's own the probe could not recreate); name the table without its "
+        "schema"
+    )
+
+
 class PostgresProbeSession(PostgresSession):
     """A read-only session whose `public` tables are this session's temporary views."""
 
@@ -132,20 +155,26 @@ class PostgresProbeSession(PostgresSession):
         types: dict[str, dict[str, str]],
         salt: int,
         views: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+        source: str = "",
     ) -> None:
         super().__init__(dsn, where, timeout_s)
         adbc = adbc_module()
         self._token = f"bi_{secrets.token_hex(6)}"
+        self._source = source
         try:
             with self._conn.cursor() as cur:
                 cur.execute("SET TRANSACTION READ WRITE")  # temporary objects only: no grant
                 for statement in view_statements(plans, types, salt, self._token):
                     cur.execute(statement)
                 for name, body in views:  # the source's own views, over the probe's
+                    if refused_builtin(body) is not None:
+                        continue  # then a read through it is refused, named
                     cur.execute("SAVEPOINT bi_view")
                     try:
                         cur.execute(f"CREATE TEMP VIEW {ident(name)} AS {body.rstrip(' ;')}")
-                    except adbc.Error:  # then a read through it is refused, named
+                        if view_calls(cur, ident(name)):  # a function of the source's own
+                            cur.execute("ROLLBACK TO SAVEPOINT bi_view")
+                    except adbc.Error:
                         cur.execute("ROLLBACK TO SAVEPOINT bi_view")
             self._conn.commit()
         except adbc.Error as exc:
@@ -159,27 +188,57 @@ class PostgresProbeSession(PostgresSession):
                 ) from None
             raise StoreError(f"cannot create the probe's views on {where}: {text}") from None
 
+    def _calls_outside(self, cur: Any, body: str) -> str | None:
+        """Why `body` (one query that parses) is refused for a function it calls or a
+        relation it names outside `pg_catalog` and the session's views (or why it cannot be
+        checked), or None (`stores.pg_policy.outside_functions`)."""
+        adbc = adbc_module()
+        called = _CHECKED.get((self._source, body))
+        if called is None:
+            try:
+                cur.execute("SET TRANSACTION READ WRITE")  # a temporary view only, rolled back
+                called = outside_functions(cur, body, f"{self._token}_chk")
+            except adbc.Error as exc:
+                why = str(exc).strip().splitlines()[0]
+                return f"the statement cannot be checked on {self._where} ({why})"
+            finally:
+                with contextlib.suppress(adbc.Error):
+                    self._conn.rollback()
+            if len(_CHECKED) >= _CHECKED_MAX:
+                _CHECKED.clear()
+            _CHECKED[(self._source, body)] = called
+        if not called:
+            return None
+        kind, name = called[0]
+        if kind == "relation":
+            return _past(name, self._where)
+        return (
+            f"{kind} {name} is refused on {self._where}: it is defined outside pg_catalog, and "
+            "what such a function reads never shows in the statement's plan, so it cannot be "
+            "checked to read the probe's views; compute it in the query itself"
+        )
+
     def _bypass(self, sql: str) -> str | None:
-        """The first relation the plan of `sql` reads past this session's views, or None."""
+        """Why the plan of `sql` reads past this session's views (naming the relation), or
+        None."""
         try:
             scans = postgres_scans(self._conn, sql, self._where, self._timeout_s)
-        except QueryError:
-            return None  # not a plannable query: `run_sql` refuses or reports it
+        except QueryError as exc:  # it parsed, so this is unexpected: refuse, never pass
+            return f"the statement cannot be checked on {self._where} ({exc})"
         for schema, relation, alias in scans:
+            if schema in _CATALOGS and relation in _STATISTICS:
+                return (
+                    f"{schema}.{relation} is refused on {self._where}: it holds sampled "
+                    "values of the source's own tables (pg_stats), past the probe's views"
+                )
             if schema not in _CATALOGS and not alias.startswith(self._token):
-                return f"{schema}.{relation}"
+                return _past(f"{schema}.{relation}", self._where)
         return None
 
-    def run_sql(
-        self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
-    ) -> QueryResult:
-        past = self._bypass(sql)
-        if past is not None:
-            raise QueryRefused(
-                f"{past} is read past the probe's view on {self._where} (a schema-qualified "
-                "name, or a view of the source's own); name the table without its schema"
-            )
-        return super().run_sql(sql, max_rows, max_bytes)
+    def _check(self, cur: Any, body: str) -> None:
+        why = self._calls_outside(cur, body) or self._bypass(body)
+        if why is not None:
+            raise QueryRefused(why)
 
 
 class PostgresProbeStore(ViewProbeStore):
@@ -208,7 +267,13 @@ class PostgresProbeStore(ViewProbeStore):
         self._sessions: list[PostgresProbeSession] = []
 
     def connect(self) -> PostgresProbeSession:
-        args: tuple[Any, ...] = (self._plans, self._types, self._salt, self._views)
+        args: tuple[Any, ...] = (
+            self._plans,
+            self._types,
+            self._salt,
+            self._views,
+            self._item.source_where,
+        )
         dsn = self._item.session_dsn()
         try:
             session = PostgresProbeSession(dsn, self.display_id, self._timeout_s, *args)

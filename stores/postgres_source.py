@@ -14,9 +14,13 @@ Analyst sessions connect to the source database itself, as a SELECT-only LOGIN r
   any table, owns no table) before the first item. Its password is the DSN's when the DSN
   logs in as it, else libpq's (`PGPASSWORD`, `~/.pgpass` or `PGPASSFILE`).
 
-Every session sets `statement_timeout` and `default_transaction_read_only` in its startup
-packet (libpq `options`), and every analyst statement runs in a transaction that is rolled
-back (`stores.postgres.PostgresSession`). Password, TLS (`sslmode`, `sslrootcert`, ...) and
+Every session sets `statement_timeout`, `default_transaction_read_only` and `jit=off` in its
+startup packet (libpq `options`), and every analyst statement runs in a transaction that is
+rolled back (`stores.postgres.PostgresSession`). JIT is off because its threshold is a plan
+cost, which grows with the tables: on a 1 GB table never analysed, a key-range count costed
+past `jit_above_cost` took 60 ms to compile, and over the probe's views (past
+`jit_optimize_above_cost`) 450 ms, for a query that runs in 1 ms; every trial re-runs the
+evidence on the source and on two probes. Password, TLS (`sslmode`, `sslrootcert`, ...) and
 every other DSN parameter reach psycopg and ADBC unchanged (libpq reads them); no error,
 record or folder name carries a password (`stores.pg_conn.redact`).
 
@@ -82,6 +86,11 @@ class ProvisionedPostgresSource(ProvisionedStore):
         self._sessions: list[PostgresSession] = []
         self._lock = threading.Lock()
         self._torn_down = False
+
+    @property
+    def source_where(self) -> str:
+        """The source's DSN as reports show it (no password)."""
+        return self._store.where
 
     def session_dsn(self) -> str:
         """The DSN analyst sessions use (holds the role's password: never print it)."""
@@ -178,6 +187,7 @@ class PostgresSourceStore(Store):
             "statement_timeout": str(timeout_ms),
             "default_transaction_read_only": "on",
             "idle_in_transaction_session_timeout": str(max(timeout_ms * 6, 60_000)),
+            "jit": "off",
         }
         return with_login(self.source_dsn, role, password, settings)
 

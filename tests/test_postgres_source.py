@@ -200,11 +200,12 @@ def test_the_items_role_reads_everything_and_writes_nothing_and_is_dropped(
     item = store.provision(DatasetFiles("src", parquet_dir=tmp_path / "none"))
     try:
         with item.connect() as session:
-            ((user, member, read_only, timeout),) = session.run_sql(
+            ((user, member, read_only, timeout, jit),) = session.run_sql(
                 "SELECT current_user, pg_has_role('pg_read_all_data', 'MEMBER'), "
-                "current_setting('transaction_read_only'), current_setting('statement_timeout')"
+                "current_setting('transaction_read_only'), current_setting('statement_timeout'), "
+                "current_setting('jit')"
             ).rows
-            assert (user, member, read_only, timeout) == (item.role, True, "on", "10s")
+            assert (user, member, read_only, timeout, jit) == (item.role, True, "on", "10s", "off")
             assert session.run_sql(SCENARIOS["usa-invoices"][3]).rows == [(truth["usa-invoices"],)]
             session.run_sql("SELECT set_config('default_transaction_read_only', 'off', false)")
             for write in (
