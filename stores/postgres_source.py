@@ -55,6 +55,7 @@ from stores.base import (
     StoreError,
     new_store_id,
 )
+from stores.logical_cache import LogicalCache
 from stores.owner import Owner
 from stores.pg_conn import dsn_user, ident, redact, with_login, without_password
 from stores.pg_roles import scram_verifier, write_reach
@@ -136,8 +137,14 @@ class PostgresSourceStore(Store):
         role: str | None = None,
         *,
         statement_timeout_s: float | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
+        self._stored = (
+            None if cache_dir is None else LogicalCache(cache_dir / "hashes", backend=self.name)
+        )
+        """Content hashes by catalog signature for the next process (`references build`, then
+        each run); the end of a run hashes the source again without them."""
         self.source_dsn = source_dsn
         self.source_db = urlsplit(source_dsn).path.lstrip("/")
         if not self.source_db:
@@ -254,7 +261,7 @@ class PostgresSourceStore(Store):
                 cached = (self.where, key)
                 content = _HASHES.get(cached)
                 if content is None:
-                    content = _HASHES[cached] = content_hash(conn)
+                    content = _HASHES[cached] = self._content_hash(conn, key)
             except psycopg.Error as exc:
                 why = redact(str(exc).strip(), self.source_dsn)
                 raise StoreError(
@@ -264,6 +271,14 @@ class PostgresSourceStore(Store):
                 self._first = content
         physical = hashlib.sha256(f"{relations}\0{content}".encode()).hexdigest()
         return Fingerprint(logical=content, physical=physical)
+
+    def _content_hash(self, conn: Any, key: str) -> str:
+        """The content hash, read from the disk cache when a process of this source stored
+        one for the same catalog signature."""
+        if self._stored is None:
+            return content_hash(conn)
+        slot = hashlib.sha256(f"{self.where}\0{key}".encode()).hexdigest()
+        return self._stored.get(slot, lambda: content_hash(conn))
 
     def source_fingerprint(self) -> Fingerprint:
         """The source's fingerprint, read as the DSN's user (no role is made)."""

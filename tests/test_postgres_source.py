@@ -639,3 +639,33 @@ def test_probe_views_drop_rows_by_key_keep_foreign_keys_and_need_temporary(
         with psycopg.connect(dsn, autocommit=True) as con:
             con.execute(f'DROP ROLE "{role}"')
     store.teardown_session()
+
+
+def test_a_content_hash_is_kept_on_disk_for_the_next_process_and_read_again_at_the_end(
+    tmp_path: Path, source: tuple[str, dict[str, Any]]
+) -> None:
+    """A second store of the same source (the next process: `references build`, then the run)
+    takes the content hash its first store left on disk for the same catalog signature, without
+    scanning the tables; a hash left stale under that signature is caught by the end of run's
+    uncached hash."""
+    from stores import postgres_source
+    from stores.postgres_source import PostgresSourceStore
+
+    dsn, _ = source
+    shared = tmp_path / "shared"
+    first = PostgresSourceStore(tmp_path / "a", dsn, cache_dir=shared).fingerprint()
+    (kept,) = list((shared / "hashes").iterdir())
+    assert kept.read_text() == first.logical
+    postgres_source._HASHES.clear()  # a new process knows only the disk
+    kept.write_text("0" * 64)  # as if the content had changed under the same signature
+    store = PostgresSourceStore(tmp_path / "b", dsn, cache_dir=shared)
+    assert store.fingerprint().logical == "0" * 64  # read from the disk, no scan
+    store._served = True  # an item ran on it
+    store.teardown_session()
+    assert len(store.changes) == 1
+    assert "changed during the run" in store.changes[0]
+    postgres_source._HASHES.clear()
+    kept.unlink()
+    fresh = PostgresSourceStore(tmp_path / "c", dsn, cache_dir=shared)
+    assert fresh.fingerprint().logical == first.logical
+    fresh.teardown_session()

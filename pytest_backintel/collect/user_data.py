@@ -220,7 +220,9 @@ class UserSource:
         if self.kind == "postgres":
             from stores.postgres_source import PostgresSourceStore
 
-            return PostgresSourceStore(workdir, self._location(), self.binding.role)
+            return PostgresSourceStore(
+                workdir, self._location(), self.binding.role, cache_dir=self._cache_dir(spec)
+            )
         if self.kind == "clickhouse":
             from stores.clickhouse_source import ClickHouseSourceStore
 
@@ -257,7 +259,12 @@ class UserSource:
             from stores.postgres_source import PostgresSourceStore
 
             with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
-                source = PostgresSourceStore(Path(tmp), self._location(), self.binding.role)
+                source = PostgresSourceStore(
+                    Path(tmp),
+                    self._location(),
+                    self.binding.role,
+                    cache_dir=self._cache_dir("postgres"),
+                )
                 try:
                     return source.source_fingerprint().logical
                 finally:
