@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
@@ -27,6 +28,7 @@ __all__ = [
     "QueryRefused",
     "QueryResult",
     "QueryTimeout",
+    "RowCounts",
     "Store",
     "StoreError",
     "StoreSession",
@@ -66,6 +68,11 @@ class Column:
     name: str
     type: str
     nullable: bool = True
+
+
+RowCounts = Callable[[str, Callable[[], int]], int]
+"""A table's row count for `describe_table`: one kept for the same content, or computed by
+the callable given (a count reads the whole table, seconds per GB)."""
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ from stores.base import (
     QueryRefused,
     QueryResult,
     QueryTimeout,
+    RowCounts,
     Store,
     StoreError,
     StoreSession,
@@ -98,8 +99,11 @@ def _convert(table: pa.Table) -> list[tuple[Any, ...]]:
 class PostgresSession(StoreSession):
     """An ADBC connection as the item's SELECT-only role; each statement rolled back."""
 
-    def __init__(self, uri: str, where: str, timeout_s: float) -> None:
+    def __init__(
+        self, uri: str, where: str, timeout_s: float, row_counts: RowCounts | None = None
+    ) -> None:
         adbc = adbc_module()
+        self._row_counts = row_counts
 
         self._where = where
         self._timeout_s = timeout_s
@@ -141,11 +145,15 @@ class PostgresSession(StoreSession):
             "AND NOT a.attisdropped ORDER BY a.attnum",
             (ident(name),),
         )
-        _, count = self._query(f"SELECT count(*) FROM {ident(name)}")
+
+        def count() -> int:
+            _, counted = self._query(f"SELECT count(*) FROM {ident(name)}")
+            return int(counted.column(0)[0].as_py())
+
         return TableInfo(
             name=name,
             columns=[Column(str(c), str(t), bool(n)) for c, t, n in _convert(cols)],
-            row_count=int(count.column(0)[0].as_py()),
+            row_count=count() if self._row_counts is None else self._row_counts(name, count),
         )
 
     def run_sql(

@@ -51,11 +51,13 @@ from stores.base import (
     DatasetFiles,
     Fingerprint,
     ProvisionedStore,
+    RowCounts,
     Store,
     StoreError,
     new_store_id,
 )
 from stores.logical_cache import LogicalCache
+from stores.once import OnceMap
 from stores.owner import Owner
 from stores.pg_conn import dsn_user, ident, redact, with_login, without_password
 from stores.pg_roles import scram_verifier, write_reach
@@ -102,7 +104,9 @@ class ProvisionedPostgresSource(ProvisionedStore):
             raise StoreError(f"store {self.display_id} is torn down")
         dsn = self.session_dsn()
         try:
-            session = PostgresSession(dsn, self.display_id, self._store.statement_timeout_s)
+            session = PostgresSession(
+                dsn, self.display_id, self._store.statement_timeout_s, self._store.row_counts()
+            )
         except StoreError as exc:
             raise StoreError(redact(str(exc), dsn, self._store.source_dsn)) from None
         with self._lock:
@@ -155,6 +159,9 @@ class PostgresSourceStore(Store):
         self._conn: Any = None
         self._lock = threading.RLock()
         self._first: str | None = None
+        self._signed: str | None = None
+        """The catalog signature the last fingerprint read."""
+        self._counts = OnceMap[tuple[str, str], int]()
         self._mode: str | None = None
         self._made: set[str] = set()
         self._served = False
@@ -258,6 +265,7 @@ class PostgresSourceStore(Store):
             try:
                 conn = self._admin()
                 relations, key = signature(conn)
+                self._signed = key
                 cached = (self.where, key)
                 content = _HASHES.get(cached)
                 if content is None:
@@ -279,6 +287,14 @@ class PostgresSourceStore(Store):
             return content_hash(conn)
         slot = hashlib.sha256(f"{self.where}\0{key}".encode()).hexdigest()
         return self._stored.get(slot, lambda: content_hash(conn))
+
+    def row_counts(self) -> RowCounts | None:
+        """Row counts shared by the items of one catalog signature (the one the last trial's
+        check read): `describe_table` counts each table once per state of the source."""
+        key, counts = self._signed, self._counts
+        if key is None:
+            return None
+        return lambda table, count: counts.get((key, table), count)
 
     def source_fingerprint(self) -> Fingerprint:
         """The source's fingerprint, read as the DSN's user (no role is made)."""

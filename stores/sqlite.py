@@ -32,6 +32,7 @@ from stores.base import (
     QueryRefused,
     QueryResult,
     QueryTimeout,
+    RowCounts,
     Store,
     StoreError,
     StoreSession,
@@ -66,8 +67,6 @@ __all__ = ["SQLiteProvisionedStore", "SQLiteSession", "SQLiteStore", "sqlite_log
 LogicalOf = Callable[[sqlite3.Connection, Path], str]
 """How an item's logical fingerprint is read: from a read-only connection and the file's path."""
 
-RowCounts = Callable[[str, Callable[[], int]], int]
-"""A table's row count: kept, or computed by the callable given."""
 SharedCounts = OnceMap[tuple[str, tuple[str, ...], str], int]
 """Row counts by (content hash, denied tables, table)."""
 

@@ -669,3 +669,39 @@ def test_a_content_hash_is_kept_on_disk_for_the_next_process_and_read_again_at_t
     fresh = PostgresSourceStore(tmp_path / "c", dsn, cache_dir=shared)
     assert fresh.fingerprint().logical == first.logical
     fresh.teardown_session()
+
+
+def test_row_counts_are_shared_per_catalog_signature_and_counted_again_after_a_write(
+    tmp_path: Path, source: tuple[str, dict[str, Any]]
+) -> None:
+    """`describe_table` counts a table once per state of the source (a count scans the whole
+    table); once a write moves the signature the next item counts again."""
+    import psycopg
+
+    from stores.postgres_source import PostgresSourceStore
+
+    dsn, _ = source
+    store = PostgresSourceStore(tmp_path / "w", dsn)
+    store.setup_session()
+    files = DatasetFiles("src", parquet_dir=tmp_path / "none")
+    first = store.provision(files)
+    try:
+        with first.connect() as session:
+            notes = session.describe_table("Note").row_count
+        assert notes == 9
+        with psycopg.connect(dsn, autocommit=True) as other:
+            other.execute("""INSERT INTO "Note" VALUES ('one more')""")
+        with first.connect() as session:  # kept for the state the last check read
+            assert session.describe_table("Note").row_count == 9
+        deadline = time.monotonic() + 15  # the writer's counters reach the signature
+        while store.row_counts() is not None and time.monotonic() < deadline:
+            before = store._signed
+            store.fingerprint()
+            if store._signed != before:
+                break
+            time.sleep(0.2)
+        with first.connect() as session:
+            assert session.describe_table("Note").row_count == 10
+    finally:
+        first.teardown()
+        store.teardown_session()
