@@ -27,8 +27,8 @@ from typing import Any
 from urllib.parse import quote
 
 from stores.base import StoreError
-from stores.sqlite import SQLiteSession
 from stores.sqlite_build import quote_ident
+from stores.sqlite_session import SQLiteSession
 from stores.view_probe import ViewProbeStore
 
 __all__ = [
