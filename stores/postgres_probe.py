@@ -46,7 +46,7 @@ from stores.pg_policy import (
     view_calls,
 )
 from stores.plans import postgres_scans
-from stores.postgres import PostgresSession
+from stores.postgres_session import PostgresSession
 from stores.postgres_source import ProvisionedPostgresSource
 from stores.sqlite_probe import DROP_ONE_IN, TablePlan
 from stores.view_probe import ViewProbeStore

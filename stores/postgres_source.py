@@ -63,7 +63,7 @@ from stores.pg_conn import dsn_user, ident, redact, with_login, without_password
 from stores.pg_roles import scram_verifier, write_reach
 from stores.pg_signature import content_hash, signature
 from stores.pg_sweep import SOURCE_FILE, sweep_stale
-from stores.postgres import PostgresSession
+from stores.postgres_session import PostgresSession
 
 __all__ = ["SOURCE_FILE", "PostgresSourceStore", "ProvisionedPostgresSource"]
 
