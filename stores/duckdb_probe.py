@@ -24,6 +24,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -171,14 +172,37 @@ class DuckDBProbeStore(ViewProbeStore):
 
     def local_session(self) -> DuckDBSession:
         """The guarded session over the views in this process."""
-        conn = open_probe(self._source, self._plans, self._types, self._salt)
-        return DuckDBSession(conn, timeout_s=self._timeout_s, where=self.display_id)
+        return self._opener()()
 
     def connect(self) -> IsolatedSession:
-        return IsolatedSession(self.local_session, where=self.display_id, timeout_s=self._timeout_s)
+        return IsolatedSession(self._opener(), where=self.display_id, timeout_s=self._timeout_s)
+
+    def _opener(self) -> Callable[[], DuckDBSession]:
+        """What an engine child needs to open the session (not the materialising builder)."""
+        return partial(
+            _probe_session,
+            self._source,
+            self._plans,
+            self._types,
+            self._salt,
+            self._timeout_s,
+            self.display_id,
+        )
 
     def teardown(self) -> None:
         pass  # sessions are closed by their users; nothing else is held
+
+
+def _probe_session(
+    source: DuckDBSource,
+    plans: dict[str, TablePlan],
+    types: dict[str, dict[str, str]],
+    salt: int,
+    timeout_s: float,
+    where: str,
+) -> DuckDBSession:
+    conn = open_probe(source, plans, types, salt)
+    return DuckDBSession(conn, timeout_s=timeout_s, where=where)
 
 
 def materialise(

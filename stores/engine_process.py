@@ -4,17 +4,18 @@ DuckDB's `memory_limit` covers only what its buffer manager allocates: constant 
 bind-time evaluation (`SELECT repeat('x', 600000000)`, `FROM repeat(repeat('x', 6e8), 4)`,
 `LIMIT length(...)`) build the value with plain `malloc`, so no setting keeps such a statement
 out of the process that runs it. `IsolatedSession` therefore runs the guarded `DuckDBSession`
-(statement check, byte caps, timeout) in a forked child whose address space may grow by at
+(statement check, byte caps, timeout) in a child process whose address space may grow by at
 most `ENGINE_MEMORY_BYTES`; the harness only ever receives the capped `QueryResult`. A child
 that runs out of memory, crashes or hangs past the statement limit is killed and reported as
-a `QueryError`; the next call starts a fresh child.
+a `QueryError`; the next call starts a fresh child. Children are forked by a fork server
+(`stores.fork_server`), never by the harness, whose other threads may be inside DuckDB.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import multiprocessing
+import pickle
 import resource
 import signal
 import threading
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from stores import fork_server
 from stores.base import (
     MAX_RESULT_BYTES,
     MAX_ROWS,
@@ -41,6 +43,18 @@ ENGINE_MEMORY_BYTES = 2 * 1024**3
 _GRACE_S = 15.0
 """How long past the statement limit the child may take to answer before it is killed."""
 _PR_SET_PDEATHSIG = 1
+_PRELOAD = (
+    "stores.engine_process",
+    "stores.duckdb_store",
+    "stores.duckdb_source",
+    "stores.duckdb_probe",
+    "stores.files",
+    "stores.lake",
+    "stores.iceberg",
+    "stores.iceberg_s3",
+    "stores.multi",
+)
+"""What the fork server imports once, so a child does not import it again."""
 
 
 def _vm_size() -> int:
@@ -61,10 +75,8 @@ def _portable(exc: BaseException) -> Exception:
     return QueryError(f"{type(exc).__name__}: {exc}")
 
 
-def _serve(open_session: Callable[[], StoreSession], pipe: Connection, other: Connection,
-           memory: int) -> None:  # fmt: skip
+def _serve(pipe: Connection, open_session: Callable[[], StoreSession], memory: int) -> None:
     """The child: cap memory, open the session, answer (method, args) until told to stop."""
-    other.close()
     with contextlib.suppress(OSError, AttributeError):  # die with the harness, even on kill -9
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     limit = _vm_size() + memory
@@ -108,20 +120,17 @@ class IsolatedSession(StoreSession):
         self._timeout_s = timeout_s
         self._memory = memory_bytes
         self._lock = threading.Lock()
-        self._proc: Any = None
+        self._proc: fork_server.Child | None = None
         self._pipe: Connection | None = None
         with self._lock:
             self._start()
 
     def _start(self) -> None:
-        ctx = multiprocessing.get_context("fork")
-        mine, theirs = ctx.Pipe()
-        self._proc = ctx.Process(
-            target=_serve, args=(self._open, theirs, mine, self._memory), daemon=True
-        )
-        self._proc.start()
-        theirs.close()
-        self._pipe = mine
+        try:
+            server = fork_server.shared(_PRELOAD)
+            self._proc, self._pipe = server.fork(_serve, self._open, self._memory)
+        except (OSError, pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise StoreError(f"cannot start the engine process of {self._where}: {exc}") from exc
         self._reply("opening the session")
 
     def _stop(self, *, kill: bool) -> None:
@@ -137,6 +146,7 @@ class IsolatedSession(StoreSession):
             if proc.is_alive():  # a child stuck in its engine never reads the pipe
                 proc.kill()
             proc.join()
+            proc.close()
 
     def _reply(self, what: str) -> Any:
         assert self._pipe is not None

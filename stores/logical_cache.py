@@ -28,8 +28,13 @@ class LogicalCache:
 
     def __init__(self, folder: Path | None = None, *, backend: str = "") -> None:
         self._folder = folder
+        self._backend = backend
         self._prefix = f"{backend}-{FINGERPRINT_VERSION.decode()}-"
         self._memo = OnceMap[str, str]()
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """A copy in another process (an engine child) shares the folder, not the memo."""
+        return _restore, (self._folder, self._backend)
 
     def get(self, physical: str, compute: Callable[[], str]) -> str:
         return self._memo.get(
@@ -64,3 +69,7 @@ class LogicalCache:
         except OSError:
             pass
         return logical
+
+
+def _restore(folder: Path | None, backend: str) -> LogicalCache:
+    return LogicalCache(folder, backend=backend)

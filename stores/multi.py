@@ -26,6 +26,7 @@ import hashlib
 import re
 import shutil
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
@@ -191,6 +192,40 @@ class MultiSession(DuckDBSession):
         )
 
 
+def _open_main(root: Path, attaches: list[_Attach], where: str) -> duckdb.DuckDBPyConnection:
+    """The item's main database with every component attached read-only, guarded."""
+    if not (root / "main.duckdb").is_file():
+        raise StoreError(f"{where} was torn down; provision a new store")
+
+    def attach(conn: duckdb.DuckDBPyConnection) -> None:
+        for a in attaches:
+            conn.execute(
+                f"ATTACH {quote_literal(a.target)} AS {quote_ident(a.alias)} "
+                f"(TYPE {a.kind}, READ_ONLY)"
+            )
+        path = ",".join(f"{a.alias}.{a.schema}" for a in attaches)
+        conn.execute(f"SET search_path = {quote_literal(path)}")
+
+    extensions = sorted({e for a in attaches for e in a.extensions})
+    return open_guarded_with(
+        root / "main.duckdb",
+        extensions=extensions,
+        allowed_dirs=[p for a in attaches for p in a.allowed],
+        allowed_files=[f for a in attaches for f in a.files],
+        prepare=attach,
+        secret_dir=root / "secrets",
+    )
+
+
+def _multi_session(
+    root: Path, attaches: list[_Attach], timeout_s: float, where: str
+) -> MultiSession:
+    """The guarded session over `root` (module-level: an engine child gets only this and its
+    arguments, never the components' own stores)."""
+    conn = _open_main(root, attaches, where)
+    return MultiSession(conn, attaches, timeout_s=timeout_s, where=where)
+
+
 class ProvisionedMulti(ProvisionedStore):
     """One item: its component stores and a folder with the empty main database."""
 
@@ -207,39 +242,16 @@ class ProvisionedMulti(ProvisionedStore):
 
     def engine_connection(self) -> duckdb.DuckDBPyConnection:
         """The guarded connection alone, without the statement check."""
-        if not (self.root / "main.duckdb").is_file():
-            raise StoreError(f"{self.display_id} was torn down; provision a new store")
-
-        def attach(conn: duckdb.DuckDBPyConnection) -> None:
-            for a in self._attaches:
-                conn.execute(
-                    f"ATTACH {quote_literal(a.target)} AS {quote_ident(a.alias)} "
-                    f"(TYPE {a.kind}, READ_ONLY)"
-                )
-            path = ",".join(f"{a.alias}.{a.schema}" for a in self._attaches)
-            conn.execute(f"SET search_path = {quote_literal(path)}")
-
-        extensions = sorted({e for a in self._attaches for e in a.extensions})
-        return open_guarded_with(
-            self.root / "main.duckdb",
-            extensions=extensions,
-            allowed_dirs=[p for a in self._attaches for p in a.allowed],
-            allowed_files=[f for a in self._attaches for f in a.files],
-            prepare=attach,
-            secret_dir=self.root / "secrets",
-        )
+        return _open_main(self.root, self._attaches, self.display_id)
 
     def local_session(self) -> MultiSession:
         """The guarded session in this process (`connect` runs it in a child process)."""
-        return MultiSession(
-            self.engine_connection(),
-            self._attaches,
-            timeout_s=self._timeout_s,
-            where=self.display_id,
-        )
+        return _multi_session(self.root, self._attaches, self._timeout_s, self.display_id)
 
     def connect(self) -> IsolatedSession:
-        return IsolatedSession(self.local_session, where=self.display_id, timeout_s=self._timeout_s)
+        where = self.display_id
+        opener = partial(_multi_session, self.root, self._attaches, self._timeout_s, where)
+        return IsolatedSession(opener, where=where, timeout_s=self._timeout_s)
 
     def fingerprint(self) -> Fingerprint:
         logical, physical = hashlib.sha256(), hashlib.sha256()

@@ -54,6 +54,10 @@ class SignedHashes:
         self._trusted: dict[str, tuple[Path, Signature, str]] = {}
         self._lock = threading.Lock()
 
+    def __reduce__(self) -> tuple[type[SignedHashes], tuple[Path | None]]:
+        """A copy in another process (an engine child) shares the folder, not the memo."""
+        return SignedHashes, (self._folder,)
+
     def get(self, path: Path) -> tuple[os.stat_result, str]:
         """The file's stat now and its content hash (computed, or cached for that stat)."""
         real = path.resolve()

@@ -162,3 +162,124 @@ print(sorted(m for m in ("pandas", "numpy") if m in sys.modules))
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_session_opens_while_another_thread_is_inside_duckdb_on_the_same_file(
+    tmp_path: Path,
+) -> None:
+    """Children come from the fork server, not from the harness: a child forked from the
+    harness while another of its threads ran a statement on the same database inherited that
+    open database with its lock held and its worker threads gone, and hung or failed opening."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "parquet"
+    folder.mkdir()
+    pq.write_table(pa.table({"id": pa.array(range(200_000), pa.int64())}), folder / "t.parquet")
+    store = DuckDBStore(tmp_path / "work", statement_timeout_s=20)
+    store.setup_session()
+    item = store.provision(DatasetFiles("d", folder))
+    busy = threading.Event()
+    stop = threading.Event()
+
+    def churn() -> None:  # the harness's own use of the item (fingerprints, probes)
+        while not stop.is_set():
+            connection = item.engine_connection()
+            busy.set()
+            connection.execute("SELECT count(DISTINCT id::VARCHAR || 'x') FROM t").fetchall()
+            connection.close()
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    try:
+        assert busy.wait(30)
+        for _ in range(5):
+            raised = _within(60, lambda: _one_query(item))
+            assert raised is None, raised
+    finally:
+        stop.set()
+        thread.join(60)
+        item.teardown()
+        store.teardown_session()
+
+
+def _one_query(item: object) -> None:
+    with item.connect() as session:  # type: ignore[attr-defined]
+        assert session.run_sql("SELECT count(*) AS n FROM t").rows == [(200_000,)]
+
+
+def test_a_child_writes_to_the_harness_s_current_stderr_and_has_its_environment(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BACKINTEL_TEST_MARK", "set-after-the-server-started")
+    with IsolatedSession(Talker, where="test", timeout_s=5) as s:
+        assert s.list_tables() == ["set-after-the-server-started"]
+    assert "a word from the engine child" in capfd.readouterr().err
+
+
+class Talker(Hostile):
+    def list_tables(self) -> list[str]:
+        print("a word from the engine child", file=sys.stderr, flush=True)
+        return [os.environ.get("BACKINTEL_TEST_MARK", "")]
+
+
+def test_an_opener_that_cannot_go_to_the_child_is_a_store_error() -> None:
+    from stores.base import StoreError
+
+    with pytest.raises(StoreError, match="cannot start the engine process of test"):
+        IsolatedSession(lambda: Hostile(), where="test", timeout_s=5)
+
+
+def test_engine_children_and_their_server_end_when_the_harness_is_killed(tmp_path: Path) -> None:
+    script = """
+import os, sys, time
+from stores.engine_process import IsolatedSession
+from tests.test_engine_process import Hostile
+s = IsolatedSession(Hostile, where="test", timeout_s=5)
+print(s.list_tables()[0], flush=True)
+time.sleep(3600)
+"""
+    harness = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+    )
+    assert harness.stdout is not None
+    child = int(harness.stdout.readline())
+    server = _parent_of(child)
+    assert _parent_of(server) == harness.pid  # the server is the harness's, the child its
+    harness.kill()
+    harness.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (_running(child) or _running(server)):
+        time.sleep(0.1)
+    assert not _running(child)
+    assert not _running(server)
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_fork_server_has_one_thread_and_runs_no_engine() -> None:
+    """Children are forked from a process with one thread: nothing of DuckDB, OpenBLAS or
+    Arrow's allocator can be caught mid-work by the fork."""
+    from stores import fork_server
+
+    with IsolatedSession(Hostile, where="test", timeout_s=5) as s:
+        s.list_tables()  # the server has finished its imports
+        server = fork_server.shared(engine_process._PRELOAD)
+        assert "duckdb" in _modules_of(server.pid)
+        assert len(os.listdir(f"/proc/{server.pid}/task")) == 1
+
+
+def _modules_of(pid: int) -> str:
+    """The shared objects mapped into `pid` (what it has imported)."""
+    return Path(f"/proc/{pid}/maps").read_text()
