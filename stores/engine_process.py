@@ -77,7 +77,7 @@ def _portable(exc: BaseException) -> Exception:
 
 def _serve(pipe: Connection, open_session: Callable[[], StoreSession], memory: int) -> None:
     """The child: cap memory, open the session, answer (method, args) until told to stop."""
-    with contextlib.suppress(OSError, AttributeError):  # die with the harness, even on kill -9
+    with contextlib.suppress(OSError, AttributeError):  # die with the fork server (and harness)
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     limit = _vm_size() + memory
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
