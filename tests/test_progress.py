@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from pytest_backintel.collect.loading import load_scenario_file
 from pytest_backintel.records.live import LiveTrials, Running, status_line
+from pytest_backintel.run.progress import eta_every, eta_line
 from pytest_backintel.testing.model_server import ModelServer, Step
 
 FEW = helpers.FEW
@@ -178,11 +179,41 @@ def test_on_a_terminal_concurrent_trials_share_the_status_line(
     assert out.count(SAVE) == out.count(ERASE)
 
 
-def test_off_a_terminal_plain_lines_and_no_escapes(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("xdist", [("-p", "no:xdist"), ("-n", "2")], ids=["serial", "xdist"])
+def test_off_a_terminal_one_line_per_item_and_nothing_stranded(
+    pytester: pytest.Pytester, xdist: tuple[str, str]
+) -> None:
     result = pytester.runpytest_subprocess(
-        str(FEW[0]), f"--results-dir={pytester.path / 'results'}", "-p", "no:xdist"
+        *map(str, FEW), f"--results-dir={pytester.path / 'results'}", *xdist
     )
-    shown = result.stdout.str()
-    assert "backintel: running scenario l1-item-grain v1 trial 1" in shown
-    assert "backintel: l1-item-grain t1: pass in " in shown
-    assert SAVE not in shown
+    lines = result.stdout.lines
+    items = [line for line in lines if re.search(r"\[\d+/\d+\]$", line)]
+    assert len(items) == len(FEW), lines
+    for line in items:
+        assert re.fullmatch(
+            r"\S+\.scenario\.yaml::\S+\[t1\] PASSED pass \d+\.\ds \d+ req \d+ tok \[\d+/\d+\]", line
+        )
+    assert not any(line.strip(". ") == "" and "." in line for line in lines), "a stranded dot"
+    assert not any(line.rstrip().endswith(".yaml") for line in lines), "a stranded file name"
+    assert "backintel: running scenario" not in result.stdout.str()
+    assert SAVE not in result.stdout.str()
+    verbose = pytester.runpytest_subprocess(
+        str(FEW[0]), f"--results-dir={pytester.path / 'r2'}", "-p", "no:xdist", "-v"
+    ).stdout.str()
+    assert "PASSED" in verbose
+    assert "backintel: l1-item-grain t1: pass in " in verbose
+
+
+@pytest.mark.parametrize(
+    ("done", "total", "elapsed", "shown"),
+    [
+        (10, 18, 8.0, "backintel: 10/18 items done in 8s, about 6s left"),
+        (20, 131, 72.0, "backintel: 20/131 items done in 1m12s, about 6m40s left"),
+    ],
+)
+def test_the_time_left_follows_the_pace_so_far(
+    done: int, total: int, elapsed: float, shown: str
+) -> None:
+    assert eta_line(done, total, elapsed) == shown
+    assert eta_every(131) == 14
+    assert eta_every(18) == 10

@@ -2,9 +2,12 @@
 
 On a terminal, one status line (`backintel: 2 running: l1-x/t1 12s 2 req 1.3k tok | ...`,
 from `pytest_backintel.records.live`) is redrawn in place while items run and erased before pytest
-writes its own output. Elsewhere (a CI log, a pipe, `-s`, live logging) a plain line
-`backintel: running <case>` when an item starts. Either way `backintel: <case>: <outcome> in
-<s>s, <n> requests, <m> tokens` when it ends; with `-q` nothing is printed. Under xdist the
+writes its own output, and `backintel: <case>: <outcome> in <s>s, <n> requests, <m> tokens`
+stays when a trial ends. Elsewhere (a CI log, a pipe) each item is one line, as `-v` would give
+it, with its figures (`<id> PASSED pass 0.4s 5 req 1294 tok [3/18]`), pytest's own progress dot
+for it is not written (nothing is stranded on a line of its own), and every tenth of the run a
+line says how many items are done and about how long the rest will take. With `-v` pytest's
+line stays and the figures follow it; with `-q` nothing of ours is printed. Under xdist the
 controller prints them from its workers' reports: the figures travel on the report as
 `report.backintel` (a plain dict, so xdist serializes it), and its status line shows the
 items its workers run, with their elapsed time.
@@ -12,6 +15,7 @@ items its workers run, with their elapsed time.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Generator
@@ -22,7 +26,7 @@ import pytest
 from pytest_backintel.records.html_report import RECORD_KEY
 from pytest_backintel.records.live import LiveLine, LiveTrials, Running
 
-__all__ = ["Progress", "progress_line"]
+__all__ = ["Progress", "eta_line", "item_line", "progress_line"]
 
 _DONE_KEY = pytest.StashKey[bool]()
 
@@ -36,6 +40,34 @@ def progress_line(info: dict[str, Any]) -> str:
         f"backintel: {info['case']}: {info['outcome']} in {latency:.1f}s, "
         f"{info.get('requests') or 0} requests, {shown} tokens"
     )
+
+
+def item_line(nodeid: str, word: str, info: dict[str, Any], done: int, total: int) -> str:
+    """One finished item off a terminal: `<id> PASSED pass 0.4s 5 req 1294 tok [3/18]`."""
+    tokens = info.get("tokens")
+    return (
+        f"{nodeid} {word} {info['outcome']} {info.get('latency_s') or 0.0:.1f}s "
+        f"{info.get('requests') or 0} req {'?' if tokens is None else tokens} tok [{done}/{total}]"
+    )
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def eta_line(done: int, total: int, elapsed: float) -> str:
+    """`backintel: 20/131 items done in 1m12s, about 6m40s left` (from the pace so far)."""
+    left = elapsed / done * (total - done) if done else 0.0
+    return (
+        f"backintel: {done}/{total} items done in {_duration(elapsed)}, "
+        f"about {_duration(left)} left"
+    )
+
+
+def eta_every(total: int) -> int:
+    """How many items between two time-left lines: a tenth of the run, at least 10."""
+    return max(10, math.ceil(total / 10))
 
 
 def _info(record: dict[str, Any]) -> dict[str, Any]:
@@ -80,6 +112,10 @@ class Progress:
         """Items started on xdist workers (the controller sees no spans of theirs)."""
         self.line: LiveLine | None = None
         self._out: TextIO | None = None
+        self.plain = False
+        """Off a terminal, not verbose: one line per item of ours instead of pytest's dot."""
+        self.done = 0
+        self.began = time.monotonic()
 
     @property
     def reporter(self) -> Any:
@@ -100,6 +136,18 @@ class Progress:
         if self._out is not None:
             self.line = LiveLine(self._out, self._running, self._columns)
             self.trials.on_change = self.line.refresh
+        elif self.reporter is not None and self.config.option.verbose == 0:
+            self.plain = True
+            self.reporter.showfspath = False  # no file name line to strand the items' lines
+        self.began = time.monotonic()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
+        """Off a terminal our own line stands for the item: pytest writes no dot for it."""
+        if not self.plain or not isinstance(getattr(report, "backintel", None), dict):
+            return None
+        category = "passed" if report.passed else "failed" if report.failed else "skipped"
+        return category, "", ""
 
     def _running(self) -> list[Running]:
         return sorted([*self.trials.running(), *self.started.values()], key=lambda r: r.started)
@@ -133,7 +181,7 @@ class Progress:
         self, nodeid: str, location: tuple[str, int | None, str]
     ) -> Generator[None, None, None]:
         self._hide()
-        if self.line is None and not location[0].endswith(".py"):
+        if self.line is None and not self.plain and not location[0].endswith(".py"):
             self._write(f"backintel: running {location[2]}")
         yield
         if self.line is not None and self.config.pluginmanager.has_plugin("dsession"):
@@ -145,10 +193,21 @@ class Progress:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
         self._hide()
         info = getattr(report, "backintel", None)
-        if isinstance(info, dict):
+        if isinstance(info, dict) and self.plain:
+            self._plain_line(report, info)
+        elif isinstance(info, dict):
             self._write(progress_line(info))
         yield
         self._show()
+
+    def _plain_line(self, report: pytest.TestReport, info: dict[str, Any]) -> None:
+        self.done += 1
+        session = getattr(self.reporter, "_session", None)
+        total = max(int(getattr(session, "testscollected", 0) or 0), self.done)
+        word = "PASSED" if report.passed else "FAILED" if report.failed else "SKIPPED"
+        self._write(item_line(report.nodeid, word, info, self.done, total))
+        if self.done % eta_every(total) == 0 and self.done < total:
+            self._write(eta_line(self.done, total, time.monotonic() - self.began))
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_logfinish(self, nodeid: str) -> Generator[None, None, None]:
