@@ -10,33 +10,27 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from pytest_backintel.collect.loading import (
-    SCHEMA_PATH,
-    ScenarioFileError,
-    find_scenarios,
-    load_scenario_file,
-    render_json_schema,
-)
-from pytest_backintel.collect.lockfile import LockError
-from pytest_backintel.collect.manifests import find_manifest_case
-from pytest_backintel.collect.worlds import data_dir, get_world
-from pytest_backintel.contract import parse_answer
 from pytest_backintel.run.cleanup import register as register_clean
 from pytest_backintel.run.merge import register as register_merge
-from pytest_backintel.scenario import Scenario
+
+if TYPE_CHECKING:
+    from pytest_backintel.scenario import Scenario
 
 __all__ = ["main"]
 
-ROOT = SCHEMA_PATH.parent.parent
+# What a subcommand needs (pydantic, pyarrow, DuckDB, pytest) is imported by its handler, so
+# `backintel --help` and argument errors answer at once (tests/test_cli_imports.py).
+ROOT = Path(__file__).resolve().parents[2]
+"""The checkout: where the shipped benchmark's scenarios and manifests live."""
 COMMANDS_GROUP = "backintel.commands"
 """Entry points `register(subparsers, groups)` adding a package's own subcommands."""
 
 
 def _schema(args: argparse.Namespace) -> int:
+    from pytest_backintel.collect.loading import SCHEMA_PATH, render_json_schema
+
     text = render_json_schema()
     # the checkout's own copy when run inside it; never into an installed package
     target = SCHEMA_PATH if SCHEMA_PATH.is_relative_to(Path.cwd().resolve()) else None
@@ -101,6 +95,8 @@ def _references_build(args: argparse.Namespace) -> int:
 
 
 def _data_build(args: argparse.Namespace) -> int:
+    from pytest_backintel.collect.worlds import data_dir, get_world
+
     world = get_world(args.world)
     files = world.ensure_built(data_dir(Path.cwd()), snapshot=args.snapshot)
     print(f"{args.world}: {files.parquet_dir} (data hash {world.data_hash(files)})")
@@ -108,6 +104,9 @@ def _data_build(args: argparse.Namespace) -> int:
 
 
 def _find_case(case_id: str) -> tuple[Scenario, Path | None] | None:
+    from pytest_backintel.collect.loading import find_scenarios
+    from pytest_backintel.collect.manifests import find_manifest_case
+
     scenarios = find_scenarios()
     if case_id in scenarios:
         return scenarios[case_id][1], None
@@ -118,6 +117,7 @@ def _find_case(case_id: str) -> tuple[Scenario, Path | None] | None:
 def _run_finder(run: Path) -> Callable[[dict[str, Any]], tuple[Scenario, Path | None] | None]:
     """A record's scenario: its recorded file (with the run's `--dataset` rebindings), else
     the suites under the current folder, else the shipped benchmark."""
+    from pytest_backintel.collect.loading import load_scenario_file
     from pytest_backintel.collect.references import discover
     from pytest_backintel.collect.suites import rebind
     from pytest_backintel.options import parse_rebinding
@@ -145,6 +145,9 @@ def _run_finder(run: Path) -> Callable[[dict[str, Any]], tuple[Scenario, Path | 
 
 def _rescore(args: argparse.Namespace) -> int:
     """Score every recorded answer of a run again; fail on any outcome that differs."""
+    from pytest_backintel.collect.loading import ScenarioFileError
+    from pytest_backintel.collect.lockfile import LockError
+    from pytest_backintel.collect.worlds import data_dir
     from pytest_backintel.records.writer import read_records
     from pytest_backintel.run.hand_score import HandScorer, rescore_run
 
@@ -184,9 +187,18 @@ def _rescore(args: argparse.Namespace) -> int:
 def _score(args: argparse.Namespace) -> int:
     """Score one hand-written answer against one scenario, exactly as a trial would."""
     import pytest
+    from pydantic import ValidationError
 
     from pytest_backintel.collect.backends import store_spec
+    from pytest_backintel.collect.loading import (
+        ScenarioFileError,
+        find_scenarios,
+        load_scenario_file,
+    )
+    from pytest_backintel.collect.manifests import find_manifest_case
     from pytest_backintel.collect.references import discover
+    from pytest_backintel.collect.worlds import data_dir
+    from pytest_backintel.contract import parse_answer
     from pytest_backintel.run.hand_score import HandScorer
     from stores.base import StoreError
 

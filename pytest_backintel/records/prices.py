@@ -10,9 +10,10 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_backintel.options import RunLimits
+if TYPE_CHECKING:
+    from pytest_backintel.options import RunLimits
 
 __all__ = [
     "PRICES_PATH",

@@ -21,9 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stores.ch_dsn import SOURCE_FILE as CH_SOURCE_FILE
 from stores.owner import read_folder_owner
-from stores.pg_sweep import SOURCE_FILE
 
 __all__ = ["CleanReport", "clean_stale", "register", "remove_folder", "stale_folders"]
 
@@ -137,6 +135,8 @@ def _clickhouse_source(report: CleanReport, marker: Path, dry_run: bool) -> None
 def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True) -> CleanReport:
     """Remove every artefact of a gone owner (see the module docstring)."""
     from pytest_backintel.sandbox.cgroup import RunCgroup
+    from stores.ch_dsn import SOURCE_FILE as CH_SOURCE_FILE  # pyarrow: only when cleaning
+    from stores.pg_sweep import SOURCE_FILE
 
     report = CleanReport()
     for folder in stale_folders(data_dir):

@@ -30,7 +30,6 @@ from pytest_backintel.records.writer import (
     write_json,
     write_json_lines,
 )
-from pytest_backintel.run.resume import IDENTITY, read_json_list
 
 __all__ = ["MergeRefused", "Merged", "Part", "load_part", "merge_runs", "register"]
 
@@ -68,6 +67,8 @@ class Part:
 
 def load_part(path: Path) -> Part:
     """Read a part folder (its part files, else its `records.jsonl`)."""
+    from pytest_backintel.run.resume import read_json_list  # pytest: only when merging
+
     header = read_json(path / "run.json")
     if not header:
         raise MergeRefused(f"{path}: not a run folder (no readable run.json)")
@@ -93,6 +94,8 @@ def _value(header: dict[str, Any], keys: tuple[str, ...]) -> Any:
 def check_parts(parts: list[Part]) -> None:
     """Raise `MergeRefused` naming each part that is not of the run most parts are of (the
     plan most parts share; on a tie, the first part's)."""
+    from pytest_backintel.run.resume import IDENTITY
+
     plans = Counter(tuple(p.plan) for p in parts)
     first = next(p for p in parts if plans[tuple(p.plan)] == max(plans.values()))
     problems = []

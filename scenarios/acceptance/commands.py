@@ -83,7 +83,8 @@ def _guarded(func: Any) -> Any:
 
 def register(sub: Any, groups: dict[str, Any] | None = None) -> None:
     """Add `reserve verify|commit|rotate` to the `backintel` parser's subcommands."""
-    from scenarios.acceptance.sealing import COMMITMENT_PATH
+    # the commitment's default path without importing the builder (polars) at parse time
+    commitment = Path(__file__).resolve().parent / "acceptance-v1" / "reserved.commitment.json"
 
     reserve = sub.add_parser("reserve", help="the sealed reserved split (evaluator only)")
     cmds = reserve.add_subparsers(dest="reserve_cmd", required=True)
@@ -93,7 +94,7 @@ def register(sub: Any, groups: dict[str, Any] | None = None) -> None:
         ("rotate", _rotate, "retire used cases to regression; new secret and commitment"),
     ):
         p = cmds.add_parser(name, help=text)
-        p.add_argument("--commitment", default=str(COMMITMENT_PATH), help="commitment file")
+        p.add_argument("--commitment", default=str(commitment), help="commitment file")
         p.set_defaults(func=_guarded(func))
         if name == "rotate":
             p.add_argument("--secret-out", required=True, help="new secret file, outside the repo")

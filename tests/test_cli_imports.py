@@ -1,0 +1,58 @@
+"""The `backintel` command answers at once: parsing any subcommand's arguments imports none of
+the heavy libraries (pyarrow, polars, numpy, DuckDB, Pydantic AI, pytest, pydantic); each
+subcommand's handler imports what it needs when it runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("pyarrow", "polars", "numpy", "duckdb", "pydantic_ai", "pytest", "pydantic")
+
+PROBE = """
+import json, sys
+from pytest_backintel.cli import build_parser
+build_parser().parse_args(json.loads(sys.argv[1]))
+print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["score", "--case", "l1-item-grain", "answer.json"],
+        ["score", "--run", "results/x"],
+        ["validate", "scenarios"],
+        ["compare", "results/a", "results/b"],
+        ["view", "results/a"],
+        ["report", "results/a"],
+        ["clean", "--dry-run"],
+        ["merge", "results/a", "results/b"],
+    ],
+    ids=lambda argv: "-".join(a for a in argv if not a.startswith(("results", "answer"))),
+)
+def test_parsing_a_subcommand_imports_no_heavy_library(argv: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY), json.dumps(argv)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(done.stdout) == []
+
+
+def test_the_probe_sees_a_heavy_import_when_there_is_one() -> None:
+    """The check above can fail: importing the plugin loads pytest and pydantic."""
+    code = PROBE.replace(
+        "from pytest_backintel.cli", "import pytest_backintel.plugin\nfrom pytest_backintel.cli"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code.format(heavy=HEAVY), json.dumps(["validate"])],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert {"pytest", "pydantic"} <= set(json.loads(done.stdout))
