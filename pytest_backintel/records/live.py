@@ -81,6 +81,8 @@ class LiveTrials(SpanProcessor):
         self.on_request: Callable[[], None] | None = None
         """Called when a model request span starts, before the request is sent."""
         self._providers: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+        self.side_work: Callable[[], list[tuple[str, float]]] = list
+        """(label, seconds so far) of work under way beside the trials (worlds being built)."""
 
     def attach(self, provider: TracerProvider) -> None:
         """See the spans of `provider` (once, however often tracing starts on it)."""

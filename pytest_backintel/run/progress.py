@@ -150,7 +150,14 @@ class Progress:
         return category, "", ""
 
     def _running(self) -> list[Running]:
-        return sorted([*self.trials.running(), *self.started.values()], key=lambda r: r.started)
+        now = time.monotonic()
+        side = [
+            Running(f"building {what}", now - s, counted=False)
+            for what, s in self.trials.side_work()
+        ]
+        return sorted(
+            [*self.trials.running(), *self.started.values(), *side], key=lambda r: r.started
+        )
 
     def _columns(self) -> int:
         """Columns left after pytest's current line (the terminal's size read from our own

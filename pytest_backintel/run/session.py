@@ -55,6 +55,7 @@ from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeab
 from pytest_backintel.run.shards import select_shard
 from pytest_backintel.run.streak import ProviderStreak
 from pytest_backintel.run.trial import TrialResult, run_trial
+from pytest_backintel.run.world_builds import WorldBuilds, world_label, worlds_wanted
 from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
 from pytest_backintel.sandbox.registry import (
     UnknownSandboxError,
@@ -108,6 +109,9 @@ class BenchSession:
         self.streak = ProviderStreak(self.run_dir, self.options.max_provider_failures)
         self._header: dict[str, Any] = {}
         self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str, World]] = {}
+        self.worlds_ahead: WorldBuilds[tuple[str, str], tuple[DatasetFiles, str, World]]
+        self.worlds_ahead = WorldBuilds()
+        LIVE.side_work = self.worlds_ahead.building
         self.reserved_cases: dict[str, set[str]] = {}
         """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
         self.pipeline: TrialPipeline[ScenarioItem, tuple[TrialResult, str | None]] | None = None
@@ -217,11 +221,16 @@ class BenchSession:
         with self._lock:
             if (source := user_source(scenario.dataset)) is not None:
                 check_name(self.__dict__.setdefault("_source_names", {}), source)
-            if key not in self._worlds:
-                world = world_for(scenario.dataset)
-                files = world.ensure_built(self.data_dir, snapshot=key[1])
-                self._worlds[key] = (files, world.data_hash(files), world)
-            return self._worlds[key][:2]
+        built = self.worlds_ahead.get(key, lambda: self._build_world(scenario), world_label(key))
+        return built[:2]
+
+    def _build_world(self, scenario: Scenario) -> tuple[DatasetFiles, str, World]:
+        key = (scenario.dataset.world, scenario.dataset.snapshot)
+        with self._lock:
+            world = world_for(scenario.dataset)
+        files = world.ensure_built(self.data_dir, snapshot=key[1])
+        built = self._worlds[key] = (files, world.data_hash(files), world)
+        return built
 
     def verify_data(self, scenario: Scenario) -> list[str]:
         """Problems with the scenario's pinned data files (acceptance fixtures), if any."""
@@ -283,6 +292,8 @@ class BenchSession:
         if opts.shard is not None:
             select_shard(self.config, items, opts.shard, opts.shard_durations, self.run_dir)
         run_folder.write_plan(self.run_dir, self.worker, items, self.config.option.collectonly)
+        if not self.config.option.collectonly:  # built ahead, while items that need none run
+            self.worlds_ahead.prefetch(worlds_wanted(items, self._build_world))
 
     def data_hash_of(self, item: ScenarioItem) -> tuple[str, str, str]:
         """(world, snapshot, data hash) of the item's dataset (built once)."""
