@@ -30,7 +30,7 @@ import polars as pl
 from scenarios.references import ReferencedWorld
 from scenarios.world_base import COMPLETE_MARKER, Oracle
 from stores.base import DatasetFiles
-from stores.extensions import load_extensions
+from stores.engine.extensions import load_extensions
 
 __all__ = ["SF_ENV", "TABLES", "TpchWorld", "duckdb_data_hash", "scale_factor"]
 

@@ -85,7 +85,7 @@ class TableInfo:
 @dataclass(frozen=True)
 class QueryResult:
     """Rows of a read-only query: at most `max_rows` of them and `max_bytes` of cells, each
-    text or binary cell at most `max_cell_bytes` long (see `stores.caps`)."""
+    text or binary cell at most `max_cell_bytes` long (see `stores.common.caps`)."""
 
     columns: list[str]
     rows: list[tuple[Cell, ...]]
@@ -173,7 +173,7 @@ class StoreSession(ABC):
         self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
     ) -> QueryResult:
         """Run one read-only statement; `QueryRefused`, `QueryTimeout` or `QueryError`.
-        The caps hold inside the engine's fetch (`stores.caps`), before anything is
+        The caps hold inside the engine's fetch (`stores.common.caps`), before anything is
         materialised here."""
 
     @abstractmethod

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from stores import engine_process
 from stores.base import (
     DatasetFiles,
     QueryError,
@@ -21,8 +20,9 @@ from stores.base import (
     StoreSession,
     TableInfo,
 )
-from stores.duckdb_store import DuckDBStore
-from stores.engine_process import IsolatedSession
+from stores.duckdb.store import DuckDBStore
+from stores.engine import process as engine_process
+from stores.engine.process import IsolatedSession
 
 
 class Hostile(StoreSession):
@@ -271,7 +271,7 @@ def _running(pid: int) -> bool:
 def test_the_fork_server_has_one_thread_and_runs_no_engine() -> None:
     """Children are forked from a process with one thread: nothing of DuckDB, OpenBLAS or
     Arrow's allocator can be caught mid-work by the fork."""
-    from stores import fork_server
+    from stores.engine import fork_server
 
     with IsolatedSession(Hostile, where="test", timeout_s=5) as s:
         s.list_tables()  # the server has finished its imports

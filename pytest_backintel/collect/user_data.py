@@ -3,10 +3,10 @@ existing PostgreSQL or ClickHouse database, bound in a scenario file
 (`dataset: {sqlite: shop.sqlite}`).
 
 Nothing is converted: each item gets the source as it is under an opaque name of its own (a
-SQLite file in place, through a per-item link, `stores.sqlite_source`; a DuckDB file, Parquet or
-CSV folder in place through per-item links, `stores.duckdb_source`; a PostgreSQL database in
-place, through a SELECT-only role, `stores.postgres_source`; a ClickHouse database in place,
-through a per-item database of views read with `readonly=1`, `stores.clickhouse_source`),
+SQLite file in place, through a per-item link, `stores.sqlite.source`; a DuckDB file, Parquet or
+CSV folder in place through per-item links, `stores.duckdb.source`; a PostgreSQL database in
+place, through a SELECT-only role, `stores.postgres.source`; a ClickHouse database in place,
+through a per-item database of views read with `readonly=1`, `stores.clickhouse.source`),
 read-only for the analyst and
 fingerprinted before and after like every store. A DSN's password never reaches an error, a
 record or a folder name. A binding runs on its native backend; `--store` may pick another
@@ -29,7 +29,7 @@ from pytest_backintel.collect.loading import ScenarioFileError, locate
 from pytest_backintel.collect.worlds import UnknownWorldError, World, get_world, get_world_entry
 from pytest_backintel.scenario import DSN_KINDS, DatasetBinding, Scenario
 from stores.base import DatasetFiles, Store, StoreError
-from stores.pg_conn import redact
+from stores.common.dsn import redact
 
 __all__ = [
     "DEFAULT_STORE",
@@ -95,7 +95,7 @@ def resolve_dsn(raw: str, kind: str = "postgres") -> str:
         shown = redact(raw, raw)
         raise StoreError(f"{kind}: {shown!r} is not a {form} DSN")
     if kind == "clickhouse":
-        from stores.ch_dsn import ClickHouseDsn
+        from stores.clickhouse.dsn import ClickHouseDsn
 
         ClickHouseDsn.parse(raw)  # its database and parameters, said at collection
     return raw
@@ -218,21 +218,21 @@ class UserSource:
         if problem := binding_problem(self.binding, spec):
             raise StoreError(problem)
         if self.kind == "postgres":
-            from stores.postgres_source import PostgresSourceStore
+            from stores.postgres.source import PostgresSourceStore
 
             return PostgresSourceStore(
                 workdir, self._location(), self.binding.role, cache_dir=self._cache_dir(spec)
             )
         if self.kind == "clickhouse":
-            from stores.clickhouse_source import ClickHouseSourceStore
+            from stores.clickhouse.source import ClickHouseSourceStore
 
             return ClickHouseSourceStore(workdir, self._location())
         if self.kind in ("duckdb", "csv") or (self.kind, spec) == ("parquet", "lake-parquet"):
-            from stores.duckdb_source import SOURCE_STORES  # used in place: no copy per item
+            from stores.duckdb.source import SOURCE_STORES
 
             return SOURCE_STORES[self.kind](workdir, cache_dir=self._cache_dir(spec))
         if self.kind == "sqlite" and spec == "sqlite":  # used in place: no copy per item
-            from stores.sqlite_source import SQLiteSourceStore
+            from stores.sqlite.source import SQLiteSourceStore
 
             return SQLiteSourceStore(workdir, cache_dir=self._cache_dir(spec))
         from stores.registry import load_store_class
@@ -256,7 +256,7 @@ class UserSource:
         import tempfile
 
         if self.kind == "postgres":  # read in place as the DSN's user: no role, no copy
-            from stores.postgres_source import PostgresSourceStore
+            from stores.postgres.source import PostgresSourceStore
 
             with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
                 source = PostgresSourceStore(
@@ -270,7 +270,7 @@ class UserSource:
                 finally:
                     source.teardown_session()
         if self.kind == "clickhouse":  # read in place as the DSN's user: no database made
-            from stores.clickhouse_source import ClickHouseSourceStore
+            from stores.clickhouse.source import ClickHouseSourceStore
 
             with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
                 ch = ClickHouseSourceStore(Path(tmp), self._location())

@@ -23,16 +23,10 @@ from pathlib import Path
 
 import polars as pl
 
-from pytest_backintel.evidence.perturb import (
-    FILE_FORMS,
-    PERTURB_VERSION,
-    build_once,
-    perturb_tables,
-    source_form,
-    write_done,
-)
+from pytest_backintel.evidence.perturb import FILE_FORMS, perturb_tables, source_form
 from stores.base import DatasetFiles
-from stores.schema_keys import DeclaredKeys, sqlite_declared_keys
+from stores.common.schema_keys import DeclaredKeys, sqlite_declared_keys
+from stores.common.view_plan import PERTURB_VERSION, build_once, write_done
 
 __all__ = ["FILE_FORMS", "perturb_source", "source_form"]
 

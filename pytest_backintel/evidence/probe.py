@@ -26,7 +26,7 @@ from stores.base import (
     StoreError,
     StoreSession,
 )
-from stores.once import OnceMap
+from stores.common.once import OnceMap
 
 if TYPE_CHECKING:
     from pytest_backintel.evidence.query_channel import SessionSource
@@ -223,16 +223,16 @@ class Probes:
     def _view_plan(self, backend: Store, files: DatasetFiles, form: str | None) -> Any:
         """(kind, plans, notes) when `backend` serves the probe as views over the source
         (`perturb_views.view_probe_kind`), else None."""
-        from pytest_backintel.evidence.perturb_views import view_probe_kind
-        from pytest_backintel.evidence.perturb_views_duckdb import duckdb_view_probe_kind
+        from stores.common.view_plan import view_probe_kind
+        from stores.duckdb.perturb_views import duckdb_view_probe_kind
 
         kind = view_probe_kind(backend, form) or duckdb_view_probe_kind(backend, form)
         if kind is None and form is None:  # a PostgreSQL database used in place
-            from pytest_backintel.evidence.perturb_views_pg import pg_view_probe_kind
+            from stores.postgres.perturb_views import pg_view_probe_kind
 
             kind = pg_view_probe_kind(backend)
         if kind is None and form is None:  # a ClickHouse database used in place
-            from pytest_backintel.evidence.perturb_views_ch import ch_view_probe_kind
+            from stores.clickhouse.perturb_views import ch_view_probe_kind
 
             kind = ch_view_probe_kind(backend)
         if kind is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlglot
 from sqlglot import exp
 
-from pytest_backintel.evidence import dialect_clickhouse
+from stores.clickhouse import dialect as dialect_clickhouse
 
 __all__ = ["translate_from_sqlite"]
 

@@ -4,7 +4,7 @@ Every artefact names its owner: store and sandbox folders carry `stores.owner.OW
 (and sit under a folder named by the owner's pid: `<data>/stores/<spec>/<pid>/`,
 `<data>/sandbox/<pid>/`), pids cgroups are named `<pid>-<token>`, PostgreSQL databases and
 roles carry the owner as a comment, and the `bi_` databases made on a ClickHouse source's
-server are listed in the store folder that made them (`stores.ch_dsn.SOURCE_FILE`). Only
+server are listed in the store folder that made them (`stores.clickhouse.dsn.SOURCE_FILE`). Only
 artefacts whose owner is gone are removed (another host's are never judged), so live
 sessions of other users on the same machine keep theirs. Runs at every session start
 (controller) and on demand as `backintel clean`.
@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stores.ch_dsn import SOURCE_FILE as CH_SOURCE_FILE
+from stores.clickhouse.dsn import SOURCE_FILE as CH_SOURCE_FILE
 from stores.owner import read_folder_owner
-from stores.pg_sweep import SOURCE_FILE
+from stores.postgres.sweep import SOURCE_FILE
 
 __all__ = ["CleanReport", "clean_stale", "register", "remove_folder", "stale_folders"]
 
@@ -89,8 +89,8 @@ def stale_folders(data_dir: Path) -> list[Path]:
 
 
 def _postgres(report: CleanReport, dry_run: bool) -> None:
-    from stores.pg_config import DEFAULT_DSN, INITDB
-    from stores.pg_sweep import sweep_stale
+    from stores.postgres.config import DEFAULT_DSN, INITDB
+    from stores.postgres.sweep import sweep_stale
 
     dsn = os.environ.get("BACKINTEL_PG_DSN", DEFAULT_DSN).strip() or DEFAULT_DSN
     if dsn == INITDB or dry_run:
@@ -98,7 +98,7 @@ def _postgres(report: CleanReport, dry_run: bool) -> None:
     try:
         report.databases += sweep_stale(dsn)
     except Exception as exc:  # no server, no psycopg: nothing of ours can be there to drop
-        from stores.pg_conn import redact
+        from stores.common.dsn import redact
 
         report.skipped.append(redact(f"postgres at {dsn}: {str(exc).strip()[:160]}", dsn))
 
@@ -107,14 +107,14 @@ def _postgres_source(report: CleanReport, marker: Path, dry_run: bool) -> None:
     """Sweep the server of a PostgreSQL source a gone process served (roles it made)."""
     import json
 
-    from stores.pg_sweep import sweep_stale
+    from stores.postgres.sweep import sweep_stale
 
     try:
         dsn = str(json.loads(marker.read_text())["dsn"])
         if not dry_run:
             report.databases += sweep_stale(dsn)
     except Exception as exc:  # unreachable server, no password: said, never fatal
-        from stores.pg_conn import redact
+        from stores.common.dsn import redact
 
         why = redact(str(exc).strip()[:160])
         report.skipped.append(f"postgres source in {marker.parent}: {why}")
@@ -122,13 +122,13 @@ def _postgres_source(report: CleanReport, marker: Path, dry_run: bool) -> None:
 
 def _clickhouse_source(report: CleanReport, marker: Path, dry_run: bool) -> None:
     """Drop the per-item databases a gone process made on a ClickHouse source's server."""
-    from stores.ch_dsn import sweep_file
+    from stores.clickhouse.dsn import sweep_file
 
     try:
         if not dry_run:
             report.databases += sweep_file(marker)
     except Exception as exc:  # unreachable server, wrong password: said, never fatal
-        from stores.pg_conn import redact
+        from stores.common.dsn import redact
 
         why = redact(str(exc).strip()[:160])
         report.skipped.append(f"clickhouse source in {marker.parent}: {why}")

@@ -17,7 +17,7 @@ import polars as pl
 from scenarios.acceptance.model import Table, Value
 from stores.base import Fingerprint
 from stores.fingerprint import file_sha256
-from stores.sqlite import sqlite_logical_fingerprint
+from stores.sqlite.store import sqlite_logical_fingerprint
 
 __all__ = ["PAGE_SIZE", "fingerprint", "write_parquet", "write_sqlite"]
 
