@@ -10,11 +10,16 @@ from __future__ import annotations
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from stores.capabilities import StoreCapabilities
+
+if TYPE_CHECKING:
+    from stores.common.view_plan import ViewProbeKind
 
 __all__ = [
     "MAX_CELL_BYTES",
@@ -225,11 +230,26 @@ class Store(ABC):
     """A backend: set up once per session, provisions isolated stores per item."""
 
     name: ClassVar[str]
+    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities()
+    """What this store can do, declared in one place (`stores.capabilities`)."""
     dialect: ClassVar[str] = "sqlite"
-    """The SQL dialect the analyst writes here (`sqlite`, `duckdb` or `postgres`)."""
+    """The SQL dialect the analyst writes here: `capabilities.dialect` (kept in step)."""
     statement_timeout_s: float = 10.0
     denies_grants: ClassVar[bool] = False
-    """Whether `provision` honours `DatasetFiles.denied` (a read grant withheld per table)."""
+    """Whether `provision` honours `DatasetFiles.denied`: `capabilities.denies_grants`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """`dialect` and `denies_grants` follow `capabilities`; a store written before
+        capabilities existed (only `dialect` or `denies_grants` set) gets them declared."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if "capabilities" in own:
+            cls.dialect = cls.capabilities.dialect
+            cls.denies_grants = cls.capabilities.denies_grants
+        elif "dialect" in own or "denies_grants" in own:
+            cls.capabilities = replace(
+                cls.capabilities, dialect=cls.dialect, denies_grants=cls.denies_grants
+            )
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         self.workdir = workdir
@@ -247,6 +267,11 @@ class Store(ABC):
     @abstractmethod
     def provision(self, dataset: DatasetFiles) -> ProvisionedStore:
         """An isolated copy of `dataset` under a fresh opaque id."""
+
+    def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
+        """How this store serves the evidence stage's data probes of a source of `form` as
+        views over it (`capabilities.perturbation == "views"`); None: as copies."""
+        return None
 
     def teardown_session(self) -> None:
         """Once per test session: stop what `setup_session` started."""

@@ -345,7 +345,7 @@ WRITER = """
 import os, time
 from pytest_backintel.analyst_api import AnalystRun
 from pytest_backintel.contract import AnalystAnswer
-from stores.ch_dsn import ClickHouseDsn
+from stores.clickhouse.dsn import ClickHouseDsn
 
 SQL = {sql!r}
 
@@ -402,7 +402,7 @@ KILLED = """
 import os, signal, sys
 from pathlib import Path
 from stores.base import DatasetFiles
-from stores.clickhouse_source import ClickHouseSourceStore
+from stores.clickhouse.source import ClickHouseSourceStore
 
 work = Path(sys.argv[2]) / "stores" / "clickhouse-server" / str(os.getpid())
 store = ClickHouseSourceStore(work, sys.argv[1])

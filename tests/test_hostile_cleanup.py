@@ -251,7 +251,7 @@ import sys
 from pathlib import Path
 import pyarrow as pa, pyarrow.parquet as pq
 from stores.base import DatasetFiles
-from stores.postgres import PostgresStore
+from stores.postgres.store import PostgresStore
 
 root = Path(sys.argv[1])
 (root / "parquet").mkdir(parents=True)

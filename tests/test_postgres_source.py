@@ -514,7 +514,7 @@ KILLED = """
 import os, sys, time
 from pathlib import Path
 from stores.base import DatasetFiles
-from stores.postgres_source import PostgresSourceStore
+from stores.postgres.source import PostgresSourceStore
 
 store = PostgresSourceStore(Path(sys.argv[1]) / "stores" / "pg" / str(os.getpid()), sys.argv[2])
 store.setup_session()

@@ -73,16 +73,19 @@ class Rewriter:
         )
 
     def text(self, text: str, python: bool) -> str:
+        skip: set[int] = set()
         if python:
             text = self._imports(text)
-        text = self.dotted.sub(lambda m: self._dotted(m, python), text)
+            skip = _from_lines(text)
+        lines = text.splitlines(keepends=True)
+        text = "".join(
+            line if n in skip else self.dotted.sub(self._dotted, line)
+            for n, line in enumerate(lines, 1)
+        )
         return self.path_re.sub(lambda m: self.paths[m.group(1)], text)
 
-    def _dotted(self, m: re.Match[str], python: bool) -> str:
+    def _dotted(self, m: re.Match[str]) -> str:
         old, tail = m.group(1), m.group(2) or ""
-        before = m.string[max(0, m.start() - 5) : m.start()]
-        if python and before == "from " and m.string.startswith(" import", m.end()):
-            return old  # a `from` statement: rewritten whole by `_imports`
         if tail:
             name = tail[1:]
             moved = self.renames.get(f"{old}.{name}")
@@ -138,6 +141,20 @@ class Rewriter:
                 line = f"from {where} import (\n" + "".join(f"    {n},\n" for n in names) + ")"
             out.append(line)
         return "\n".join(out)
+
+
+def _from_lines(text: str) -> set[int]:
+    """The line numbers of `from ... import` statements (rewritten whole by `_imports`)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    return {
+        n
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level
+        for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    }
 
 
 def _path_of(module: str) -> str:

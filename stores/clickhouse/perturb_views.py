@@ -26,7 +26,7 @@ from stores.common.schema_keys import DeclaredKeys
 from stores.common.view_plan import Plans, ViewProbeKind, plan_tables
 from stores.probe import TablePlan
 
-__all__ = ["CLICKHOUSE_VIEWS", "ClickHouseCatalog", "ch_view_probe_kind"]
+__all__ = ["CLICKHOUSE_VIEWS", "ClickHouseCatalog"]
 
 _VIEWS = ("View", "MaterializedView")
 
@@ -112,8 +112,3 @@ def ch_view_probe(
 
 
 CLICKHOUSE_VIEWS = ViewProbeKind(ch_plan, ch_view_probe)
-
-
-def ch_view_probe_kind(backend: Store) -> ViewProbeKind | None:
-    """`CLICKHOUSE_VIEWS` for a ClickHouse source used in place, else None."""
-    return CLICKHOUSE_VIEWS if isinstance(backend, ClickHouseSourceStore) else None

@@ -46,6 +46,7 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
+from stores.capabilities import StoreCapabilities
 from stores.clickhouse import policy
 from stores.clickhouse.caps import clickhouse_capped_select
 from stores.clickhouse.engine import Engine, clickhouse_type, literal, quote
@@ -204,7 +205,9 @@ class ClickHouseServerStore(Store):
     """Per-item databases on the ClickHouse server named by `BACKINTEL_CLICKHOUSE_DSN`."""
 
     name = "clickhouse-server"
-    dialect = "clickhouse"
+    capabilities = StoreCapabilities(
+        sandbox_mount="none", read_only="role", dialect="clickhouse", server="ClickHouse"
+    )
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)

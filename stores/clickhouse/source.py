@@ -34,14 +34,18 @@ import hashlib
 import re
 import threading
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from stores.base import DatasetFiles, Fingerprint, Store, StoreError, new_store_id
+from stores.capabilities import StoreCapabilities
 from stores.clickhouse.dsn import ClickHouseDsn, record
 from stores.clickhouse.engine import Engine, literal, quote
 from stores.clickhouse.http import ClickHouseHTTPError, HttpClient
 from stores.clickhouse.server import ClickHouseServerStore, ProvisionedServer
 from stores.clickhouse.signature import content_hash, served_tables, signature
+
+if TYPE_CHECKING:
+    from stores.common.view_plan import ViewProbeKind
 
 __all__ = ["ClickHouseSourceStore", "ProvisionedClickHouseSource"]
 
@@ -88,7 +92,22 @@ class ClickHouseSourceStore(ClickHouseServerStore):
     """A user's ClickHouse database served in place (see the module docstring)."""
 
     name: ClassVar[str] = "clickhouse-server"
-    dialect: ClassVar[str] = "clickhouse"
+    capabilities = StoreCapabilities(
+        in_place=True,
+        perturbation="views",
+        sandbox_mount="none",
+        read_only="role",
+        dialect="clickhouse",
+        server="ClickHouse",
+    )
+
+    def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
+        """Views over the server's tables (`stores.clickhouse.perturb_views`)."""
+        if form is not None:
+            return None
+        from stores.clickhouse.perturb_views import CLICKHOUSE_VIEWS
+
+        return CLICKHOUSE_VIEWS
 
     def __init__(
         self, workdir: Path, source_dsn: str, *, statement_timeout_s: float | None = None

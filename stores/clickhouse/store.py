@@ -58,6 +58,7 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
+from stores.capabilities import StoreCapabilities
 from stores.clickhouse import policy
 from stores.clickhouse.caps import clickhouse_capped_select
 from stores.clickhouse.engine import Engine, arrow, cells, clickhouse_type, literal, quote
@@ -232,7 +233,7 @@ class ClickHouseStore(Store):
     """Per-item databases in an embedded ClickHouse (chDB)."""
 
     name = "clickhouse"
-    dialect = "clickhouse"
+    capabilities = StoreCapabilities(sandbox_mount="none", read_only="policy", dialect="clickhouse")
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
-__all__ = ["dsn_password", "redact", "without_password"]
+__all__ = ["dsn_password", "query_value", "redact", "without_password"]
 
 
 def dsn_password(dsn: str) -> str | None:
@@ -15,10 +15,10 @@ def dsn_password(dsn: str) -> str | None:
     userinfo = parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else ""
     if ":" in userinfo:
         return unquote(userinfo.split(":", 1)[1])
-    return _query_value(dsn, "password")
+    return query_value(dsn, "password")
 
 
-def _query_value(dsn: str, key: str) -> str | None:
+def query_value(dsn: str, key: str) -> str | None:
     values = [v for k, v in parse_qsl(urlsplit(dsn).query, keep_blank_values=True) if k == key]
     return values[-1] if values else None
 

@@ -43,7 +43,6 @@ __all__ = [
     "TypedTablePlan",
     "duckdb_plan",
     "duckdb_view_probe",
-    "duckdb_view_probe_kind",
 ]
 
 _ALIAS = "bi_source"
@@ -209,11 +208,3 @@ def _plan_of(store: Store, files: DatasetFiles) -> Plans:
 
 
 DUCKDB_VIEWS = ViewProbeKind(_plan_of, duckdb_view_probe)
-
-
-def duckdb_view_probe_kind(backend: Store, form: str | None) -> ViewProbeKind | None:
-    """Views over the source when `backend` serves a DuckDB file, Parquet or CSV folder in
-    place (`stores.duckdb.source`); None otherwise."""
-    if form in ("duckdb", "parquet", "csv") and isinstance(backend, DuckDBSourceStore):
-        return DUCKDB_VIEWS
-    return None

@@ -25,11 +25,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import duckdb
 
 from stores.base import DatasetFiles, Fingerprint, Store, StoreError, new_store_id
+from stores.capabilities import StoreCapabilities
 from stores.common.logical_cache import LogicalCache
 from stores.common.once import OnceMap
 from stores.common.signed_hashes import Signature, SignedHashes
@@ -42,6 +43,9 @@ from stores.engine.common import (
     quote_literal,
 )
 from stores.engine.views import build_view_catalog
+
+if TYPE_CHECKING:
+    from stores.common.view_plan import ViewProbeKind
 
 __all__ = [
     "CsvSourceStore",
@@ -242,7 +246,16 @@ class SourceItem(FolderItem):
 class DuckDBSourceStore(Store):
     """A DuckDB-served source of a user's own, used in place: per item a folder of links."""
 
-    dialect: ClassVar[str] = "duckdb"
+    capabilities = StoreCapabilities(in_place=True, perturbation="views", dialect="duckdb")
+
+    def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
+        """Views over the DuckDB file, Parquet or CSV folder (`stores.duckdb.perturb_views`)."""
+        if form not in ("duckdb", "parquet", "csv"):
+            return None
+        from stores.duckdb.perturb_views import DUCKDB_VIEWS
+
+        return DUCKDB_VIEWS
+
     kind: ClassVar[str]
 
     def __init__(

@@ -12,6 +12,7 @@ from pathlib import Path
 import duckdb
 
 from stores.base import DatasetFiles, Store, StoreError, new_store_id
+from stores.capabilities import StoreCapabilities
 from stores.engine.common import (
     FolderItem,
     copy_folder,
@@ -55,7 +56,7 @@ class DuckDBStore(Store):
     """DuckDB database files built from Parquet, one copy per item."""
 
     name = "duckdb"
-    dialect = "duckdb"
+    capabilities = StoreCapabilities(sandbox_mount="file", dialect="duckdb")
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedDuckDB:
         template = template_dir(

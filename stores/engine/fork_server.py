@@ -42,7 +42,7 @@ _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_
 """The server's own environment on top of the harness's (a child gets the harness's back)."""
 _BOOT = (
     "import sys, json; sys.path[:] = json.loads(sys.argv[2]); "
-    "from stores.fork_server import main; main()"
+    "from stores.engine.fork_server import main; main()"
 )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stores.base import DatasetFiles, Store
+from stores.capabilities import StoreCapabilities
 from stores.engine.common import (
     quote_literal,
     template_dir,
@@ -34,7 +35,7 @@ class LakeParquetStore(Store):
     """Parquet files in a per-item folder, exposed as views."""
 
     name = "lake-parquet"
-    dialect = "duckdb"
+    capabilities = StoreCapabilities(dialect="duckdb")
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         template = template_dir(

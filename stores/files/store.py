@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 
 from stores.base import DatasetFiles, Store, StoreError
+from stores.capabilities import StoreCapabilities
 from stores.engine.common import quote_literal, template_dir
 from stores.engine.views import ProvisionedViews, provision_views
 
@@ -90,7 +91,7 @@ class FilesStore(Store):
     """One CSV file per table."""
 
     name = "files"
-    dialect = "duckdb"
+    capabilities = StoreCapabilities(dialect="duckdb")
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         return _provision(self, dataset, json_every_second=False)
@@ -100,7 +101,7 @@ class FilesMixedStore(Store):
     """CSV for the 1st, 3rd, ... table by name, newline-delimited JSON for the others."""
 
     name = "files-mixed"
-    dialect = "duckdb"
+    capabilities = StoreCapabilities(dialect="duckdb")
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         return _provision(self, dataset, json_every_second=True)
@@ -112,7 +113,7 @@ class CsvFolderStore(Store):
     when present, else detected by DuckDB."""
 
     name = "files"
-    dialect = "duckdb"
+    capabilities = StoreCapabilities(dialect="duckdb")
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         folder = dataset.extra.get("csv")

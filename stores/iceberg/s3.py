@@ -40,6 +40,7 @@ from stores.base import (
     StoreError,
     new_store_id,
 )
+from stores.capabilities import StoreCapabilities
 from stores.engine.common import (
     BASE_CONFIG,
     DuckDBSession,
@@ -158,7 +159,7 @@ class IcebergS3Store(Store):
     """Each item gets its own warehouse prefix in an S3-compatible bucket."""
 
     name = "iceberg-s3"
-    dialect = "duckdb"
+    capabilities = StoreCapabilities(dialect="duckdb", server="S3 (moto, or BACKINTEL_S3_ENDPOINT)")
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)

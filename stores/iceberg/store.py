@@ -28,6 +28,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 from stores.base import DatasetFiles, Store, StoreError, new_store_id
+from stores.capabilities import StoreCapabilities
 from stores.engine.common import quote_ident, quote_literal, remove_folder, tree_sha256
 from stores.engine.extensions import load_extensions, open_guarded_with
 from stores.engine.views import CATALOG, ProvisionedViews
@@ -112,7 +113,7 @@ class IcebergStore(Store):
     """Each item gets its own warehouse written through pyiceberg."""
 
     name = "iceberg"
-    dialect = "duckdb"
+    capabilities = StoreCapabilities(dialect="duckdb")
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedIceberg:
         store_id = new_store_id()

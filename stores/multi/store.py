@@ -44,6 +44,7 @@ from stores.base import (
     TableInfo,
     new_store_id,
 )
+from stores.capabilities import StoreCapabilities
 from stores.engine.common import DuckDBSession, quote_ident, quote_literal, remove_folder
 from stores.engine.extensions import open_guarded_with
 from stores.engine.process import IsolatedSession
@@ -277,7 +278,7 @@ class MultiStore(Store):
     """Component stores set up per session; each item attaches one copy of each."""
 
     name = "multi"
-    dialect = "duckdb"
+    capabilities = StoreCapabilities(sandbox_mount="none", read_only="policy", dialect="duckdb")
     spec: ClassVar[str] = ""
 
     @classmethod

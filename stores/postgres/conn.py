@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from stores.base import QueryError, QueryRefused, QueryTimeout
-from stores.common.dsn import _query_value, dsn_password, redact, without_password
+from stores.common.dsn import dsn_password, query_value, redact, without_password
 
 __all__ = [
     "REFUSED_STATES",
@@ -60,7 +60,7 @@ def dsn_user(dsn: str) -> str | None:
     """The user a `postgresql://` DSN names (None: libpq's default, the OS user)."""
     parts = urlsplit(dsn)
     if "@" not in parts.netloc:
-        return _query_value(dsn, "user")
+        return query_value(dsn, "user")
     return unquote(parts.netloc.rsplit("@", 1)[0].split(":", 1)[0]) or None
 
 

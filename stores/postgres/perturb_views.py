@@ -28,7 +28,6 @@ __all__ = [
     "PgCatalog",
     "pg_column_types",
     "pg_plan",
-    "pg_view_probe_kind",
     "pg_views",
 ]
 
@@ -120,8 +119,3 @@ def pg_view_probe(
 
 
 POSTGRES_VIEWS = ViewProbeKind(pg_plan, pg_view_probe)
-
-
-def pg_view_probe_kind(backend: Store) -> ViewProbeKind | None:
-    """`POSTGRES_VIEWS` for a PostgreSQL source used in place, else None."""
-    return POSTGRES_VIEWS if isinstance(backend, PostgresSourceStore) else None

@@ -45,7 +45,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from stores.base import (
@@ -57,6 +57,7 @@ from stores.base import (
     StoreError,
     new_store_id,
 )
+from stores.capabilities import StoreCapabilities
 from stores.common.dsn import redact, without_password
 from stores.common.logical_cache import LogicalCache
 from stores.common.once import OnceMap
@@ -66,6 +67,9 @@ from stores.postgres.roles import scram_verifier, write_reach
 from stores.postgres.session import PostgresSession
 from stores.postgres.signature import content_hash, signature
 from stores.postgres.sweep import SOURCE_FILE, sweep_stale
+
+if TYPE_CHECKING:
+    from stores.common.view_plan import ViewProbeKind
 
 __all__ = ["SOURCE_FILE", "PostgresSourceStore", "ProvisionedPostgresSource"]
 
@@ -133,8 +137,22 @@ class PostgresSourceStore(Store):
     """A user's existing database served in place (see the module docstring)."""
 
     name: ClassVar[str] = "postgres"
-    dialect: ClassVar[str] = "postgres"
-    denies_grants: ClassVar[bool] = False
+    capabilities = StoreCapabilities(
+        in_place=True,
+        perturbation="views",
+        sandbox_mount="none",
+        read_only="role",
+        dialect="postgres",
+        server="PostgreSQL",
+    )
+
+    def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
+        """Temporary views over the database (`stores.postgres.perturb_views`)."""
+        if form is not None:
+            return None
+        from stores.postgres.perturb_views import POSTGRES_VIEWS
+
+        return POSTGRES_VIEWS
 
     def __init__(
         self,

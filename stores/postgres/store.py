@@ -41,7 +41,7 @@ import os
 import secrets
 import threading
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -53,6 +53,7 @@ from stores.base import (
     StoreError,
     new_store_id,
 )
+from stores.capabilities import StoreCapabilities
 from stores.common.faults import fault_point
 from stores.owner import Owner
 from stores.postgres.cluster import ThrowawayCluster
@@ -128,8 +129,13 @@ class PostgresStore(Store):
     """Per-item databases and SELECT-only roles on a PostgreSQL server."""
 
     name = "postgres"
-    dialect = "postgres"
-    denies_grants: ClassVar[bool] = True
+    capabilities = StoreCapabilities(
+        sandbox_mount="none",
+        read_only="role",
+        dialect="postgres",
+        server="PostgreSQL",
+        denies_grants=True,
+    )
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)

@@ -24,7 +24,7 @@ from stores.sqlite.build import quote_ident
 from stores.sqlite.probe import SQLiteProbeStore, materialise
 from stores.sqlite.source import SQLiteSourceStore
 
-__all__ = ["SQLITE_VIEWS", "SQLiteCatalog", "sqlite_plan", "sqlite_view_probe", "view_probe_kind"]
+__all__ = ["SQLITE_VIEWS", "SQLiteCatalog", "sqlite_plan", "sqlite_view_probe"]
 
 
 class SQLiteCatalog(SqlCatalog):
@@ -95,10 +95,3 @@ def _sqlite_plan_of(store: Store, files: DatasetFiles) -> Plans:
 
 
 SQLITE_VIEWS = ViewProbeKind(_sqlite_plan_of, sqlite_view_probe)
-
-
-def view_probe_kind(backend: Store, form: str | None) -> ViewProbeKind | None:
-    """How `backend` serves probes of a source of `form` as views (None: as copies)."""
-    if form == "sqlite" and isinstance(backend, SQLiteSourceStore):
-        return SQLITE_VIEWS
-    return None

@@ -21,13 +21,17 @@ copies' sorted-rows family takes some 60 s per GB.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from stores.base import DatasetFiles, StoreError, new_store_id
+from stores.capabilities import StoreCapabilities
 from stores.common.logical_cache import LogicalCache
 from stores.common.signed_hashes import SignedHashes, signature
 from stores.sqlite.fingerprint import sqlite_source_fingerprint
 from stores.sqlite.store import SQLiteProvisionedStore, SQLiteStore
+
+if TYPE_CHECKING:
+    from stores.common.view_plan import ViewProbeKind
 
 __all__ = ["SQLiteSourceStore", "SignedHashes", "signature"]
 
@@ -36,6 +40,17 @@ class SQLiteSourceStore(SQLiteStore):
     """The `sqlite` backend over a user's file in place: per item an opaque link, no copy."""
 
     name: ClassVar[str] = "sqlite"
+    capabilities = StoreCapabilities(
+        in_place=True, perturbation="views", sandbox_mount="file", denies_grants=True
+    )
+
+    def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
+        """Views over the SQLite file (`stores.sqlite.perturb_views`)."""
+        if form != "sqlite":
+            return None
+        from stores.sqlite.perturb_views import SQLITE_VIEWS
+
+        return SQLITE_VIEWS
 
     def __init__(
         self,

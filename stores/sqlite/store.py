@@ -26,6 +26,7 @@ from stores.base import (
     StoreError,
     new_store_id,
 )
+from stores.capabilities import StoreCapabilities
 from stores.common.logical_cache import LogicalCache
 from stores.common.once import OnceMap
 from stores.fingerprint import file_sha256
@@ -163,7 +164,7 @@ class SQLiteStore(Store):
     """The `sqlite` backend: a plain file copy per item, read-only at the OS and SQLite level."""
 
     name: ClassVar[str] = "sqlite"
-    denies_grants: ClassVar[bool] = True
+    capabilities = StoreCapabilities(sandbox_mount="file", denies_grants=True)
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
