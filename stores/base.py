@@ -7,6 +7,7 @@ item under an opaque id (`ProvisionedStore`), and hands out read-only analyst co
 
 from __future__ import annotations
 
+import importlib
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -14,20 +15,19 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from stores.capabilities import StoreCapabilities
-
-if TYPE_CHECKING:
-    from stores.common.view_plan import ViewProbeKind
+from stores.capabilities import StoreCapabilities, UnsupportedCapability
 
 __all__ = [
     "MAX_CELL_BYTES",
     "MAX_RESULT_BYTES",
     "MAX_ROWS",
+    "Attachment",
     "Column",
     "DatasetFiles",
     "Fingerprint",
+    "Plans",
     "ProvisionedStore",
     "QueryError",
     "QueryRefused",
@@ -38,6 +38,8 @@ __all__ = [
     "StoreError",
     "StoreSession",
     "TableInfo",
+    "ViewProbeKind",
+    "load_object",
     "new_store_id",
 ]
 
@@ -198,6 +200,20 @@ class StoreSession(ABC):
         self.close()
 
 
+@dataclass(frozen=True)
+class Attachment:
+    """How a DuckDB session attaches a provisioned item read-only (the `multi` store): the
+    ATTACH target and type, its schema, the folders and single files it may read, and the
+    extensions it needs."""
+
+    target: str
+    kind: str
+    schema: str
+    allowed: tuple[Path, ...] = ()
+    extensions: tuple[str, ...] = ()
+    files: tuple[Path, ...] = ()
+
+
 class ProvisionedStore(ABC):
     """One item's isolated store: an opaque id, fresh read-only connections, fingerprints."""
 
@@ -221,9 +237,37 @@ class ProvisionedStore(ABC):
         """A file or folder a sandbox may mount read-only, when the store lives on disk."""
         return None
 
+    def attachment(self) -> Attachment | None:
+        """How DuckDB attaches this item (None: it cannot be a `multi` store's component)."""
+        return None
+
     @abstractmethod
     def teardown(self) -> None:
         """Remove the copy; safe to call twice and after an interrupted item."""
+
+
+Plans = tuple[dict[str, Any], list[str]]
+"""A source's probe plan: each table's `stores.probe.TablePlan`, and notes on the tables kept
+whole."""
+
+
+@dataclass(frozen=True)
+class ViewProbeKind:
+    """A source whose data probe is views over it, not a copy: how it is planned (once per
+    source) and how one salt's probe is made from the plan (`Store.view_probe_kind`)."""
+
+    plan: Callable[[Store, DatasetFiles], Plans]
+    probe: Callable[
+        [Store, DatasetFiles, Path, int, str | None, dict[str, Any], list[str]],
+        ProvisionedStore,
+    ]
+
+
+def load_object(path: str) -> Any:
+    """The object at `module:attribute`, imported on first use (a backend's heavy or rarely
+    needed parts, such as its probe views, stay unimported until asked for)."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 class Store(ABC):
@@ -267,6 +311,30 @@ class Store(ABC):
     @abstractmethod
     def provision(self, dataset: DatasetFiles) -> ProvisionedStore:
         """An isolated copy of `dataset` under a fresh opaque id."""
+
+    @classmethod
+    def for_source(
+        cls, workdir: Path, location: str, *, role: str | None = None, cache_dir: Path | None = None
+    ) -> Store:
+        """This store serving a user's own source at `location` (a path or DSN) where it is
+        (`capabilities.in_place`); `cache_dir` keeps hashes for every process of the source."""
+        raise UnsupportedCapability(
+            f"store {cls.name!r} does not support in_place=True: it copies each item's data"
+        )
+
+    @classmethod
+    def check_location(cls, location: str) -> None:
+        """Raise `StoreError` naming what is wrong with a source's `location`, at collection."""
+
+    @classmethod
+    def fingerprint_file(cls, path: Path) -> Fingerprint:
+        """The fingerprint this store gives an item made from the data file at `path` (what
+        a manifest records so a run can check the file it was given)."""
+        raise UnsupportedCapability(f"store {cls.name!r} fingerprints no single data file")
+
+    def source_fingerprint(self) -> Fingerprint:
+        """The fingerprint of the source used in place, read where it is (no item made)."""
+        raise UnsupportedCapability(f"store {self.name!r} does not support in_place=True")
 
     def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
         """How this store serves the evidence stage's data probes of a source of `form` as

@@ -26,7 +26,15 @@ from stores.clickhouse.engine import quote
 from stores.clickhouse.http import HttpClient
 from stores.common.dsn import redact, without_password
 
-__all__ = ["PASSWORD_ENV", "SOURCE_FILE", "ClickHouseDsn", "record", "sweep_file"]
+__all__ = [
+    "PASSWORD_ENV",
+    "SOURCE_FILE",
+    "ClickHouseDsn",
+    "record",
+    "sweep_file",
+    "sweep_folder",
+    "sweep_server",
+]
 
 PASSWORD_ENV = "CLICKHOUSE_PASSWORD"
 SOURCE_FILE = "clickhouse-source.json"
@@ -107,3 +115,16 @@ def sweep_file(marker: Path) -> list[str]:
     for name in names:
         admin.post(f"DROP DATABASE IF EXISTS {quote(name)}")
     return [f"clickhouse {name}" for name in names]
+
+
+def sweep_folder(folder: Path, dry_run: bool) -> list[str] | None:
+    """The `SOURCE_FILE` a gone process left in `folder`: its databases dropped (`sweep_file`)."""
+    marker = folder / SOURCE_FILE
+    if not marker.is_file():
+        return None
+    return [] if dry_run else sweep_file(marker)
+
+
+def sweep_server(dry_run: bool) -> list[str]:
+    """Nothing: the embedded and per-run ClickHouse stores leave nothing on a shared server."""
+    return []

@@ -34,18 +34,23 @@ import hashlib
 import re
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-from stores.base import DatasetFiles, Fingerprint, Store, StoreError, new_store_id
+from stores.base import (
+    DatasetFiles,
+    Fingerprint,
+    Store,
+    StoreError,
+    ViewProbeKind,
+    load_object,
+    new_store_id,
+)
 from stores.capabilities import StoreCapabilities
 from stores.clickhouse.dsn import ClickHouseDsn, record
 from stores.clickhouse.engine import Engine, literal, quote
 from stores.clickhouse.http import ClickHouseHTTPError, HttpClient
 from stores.clickhouse.server import ClickHouseServerStore, ProvisionedServer
 from stores.clickhouse.signature import content_hash, served_tables, signature
-
-if TYPE_CHECKING:
-    from stores.common.view_plan import ViewProbeKind
 
 __all__ = ["ClickHouseSourceStore", "ProvisionedClickHouseSource"]
 
@@ -102,12 +107,24 @@ class ClickHouseSourceStore(ClickHouseServerStore):
     )
 
     def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
-        """Views over the server's tables (`stores.clickhouse.perturb_views`)."""
+        """Views over the server's tables (`stores.clickhouse.perturb_views`,
+        imported when a probe is built)."""
         if form is not None:
             return None
-        from stores.clickhouse.perturb_views import CLICKHOUSE_VIEWS
+        kind: ViewProbeKind = load_object("stores.clickhouse.perturb_views:CLICKHOUSE_VIEWS")
+        return kind
 
-        return CLICKHOUSE_VIEWS
+    @classmethod
+    def for_source(
+        cls, workdir: Path, location: str, *, role: str | None = None, cache_dir: Path | None = None
+    ) -> Store:
+        """The server's database at DSN `location`."""
+        return cls(workdir, location)
+
+    @classmethod
+    def check_location(cls, location: str) -> None:
+        """The DSN's database and parameters, checked at collection."""
+        ClickHouseDsn.parse(location)
 
     def __init__(
         self, workdir: Path, source_dsn: str, *, statement_timeout_s: float | None = None

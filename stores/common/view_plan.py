@@ -23,13 +23,12 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from filelock import FileLock
 
-from stores.base import DatasetFiles, ProvisionedStore, Store
+from stores.base import Plans, ViewProbeKind
 from stores.common.schema_keys import DeclaredKeys
 from stores.common.sqlite_file import quote_ident
 from stores.probe import TablePlan
@@ -247,18 +246,3 @@ def _plans(
         )
         notes.append(f"table {table!r} keeps every row: {why}; {moved}")
     return plans, notes
-
-
-Plans = tuple[dict[str, TablePlan], list[str]]
-
-
-@dataclass(frozen=True)
-class ViewProbeKind:
-    """A source whose probe is views over it, not a copy: how it is planned (once per
-    source) and how one salt's probe is made from the plan."""
-
-    plan: Callable[[Store, DatasetFiles], Plans]
-    probe: Callable[
-        [Store, DatasetFiles, Path, int, str | None, dict[str, TablePlan], list[str]],
-        ProvisionedStore,
-    ]

@@ -25,11 +25,19 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import duckdb
 
-from stores.base import DatasetFiles, Fingerprint, Store, StoreError, new_store_id
+from stores.base import (
+    DatasetFiles,
+    Fingerprint,
+    Store,
+    StoreError,
+    ViewProbeKind,
+    load_object,
+    new_store_id,
+)
 from stores.capabilities import StoreCapabilities
 from stores.common.logical_cache import LogicalCache
 from stores.common.once import OnceMap
@@ -43,9 +51,6 @@ from stores.engine.common import (
     quote_literal,
 )
 from stores.engine.views import build_view_catalog
-
-if TYPE_CHECKING:
-    from stores.common.view_plan import ViewProbeKind
 
 __all__ = [
     "CsvSourceStore",
@@ -249,14 +254,21 @@ class DuckDBSourceStore(Store):
     capabilities = StoreCapabilities(in_place=True, perturbation="views", dialect="duckdb")
 
     def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
-        """Views over the DuckDB file, Parquet or CSV folder (`stores.duckdb.perturb_views`)."""
+        """Views over the DuckDB file, Parquet or CSV folder (`stores.duckdb.perturb_views`,
+        imported when a probe is built)."""
         if form not in ("duckdb", "parquet", "csv"):
             return None
-        from stores.duckdb.perturb_views import DUCKDB_VIEWS
-
-        return DUCKDB_VIEWS
+        kind: ViewProbeKind = load_object("stores.duckdb.perturb_views:DUCKDB_VIEWS")
+        return kind
 
     kind: ClassVar[str]
+
+    @classmethod
+    def for_source(
+        cls, workdir: Path, location: str, *, role: str | None = None, cache_dir: Path | None = None
+    ) -> Store:
+        """The file or folder the binding names (found again per item from its files)."""
+        return cls(workdir, cache_dir=cache_dir)
 
     def __init__(
         self,

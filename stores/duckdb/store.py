@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from stores.base import DatasetFiles, Store, StoreError, new_store_id
+from stores.base import Attachment, DatasetFiles, Store, StoreError, new_store_id
 from stores.capabilities import StoreCapabilities
 from stores.engine.common import (
     FolderItem,
@@ -47,6 +47,9 @@ class ProvisionedDuckDB(FolderItem):
     @property
     def mount_path(self) -> Path | None:
         return self.root / DB_NAME
+
+    def attachment(self) -> Attachment | None:
+        return Attachment(str(self.root / DB_NAME), "duckdb", "main", (self.root,))
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         return open_guarded(self.root / DB_NAME)

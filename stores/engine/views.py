@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-from stores.base import Store, StoreError, new_store_id
+from stores.base import Attachment, Store, StoreError, new_store_id
 from stores.engine.common import FolderItem, copy_folder, open_guarded, quote_ident, remove_folder
 
 __all__ = ["CATALOG", "DATA", "ProvisionedViews", "build_view_catalog", "provision_views"]
@@ -37,6 +37,11 @@ class ProvisionedViews(FolderItem):
     @property
     def mount_path(self) -> Path | None:
         return self.root / DATA
+
+    def attachment(self) -> Attachment | None:
+        return Attachment(
+            str(self.root / CATALOG), "duckdb", "main", (self.mount_path or self.root,)
+        )
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         return open_guarded(self.root / CATALOG, allowed_dirs=[self.root / DATA])

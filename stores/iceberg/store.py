@@ -27,7 +27,7 @@ from typing import Any
 import duckdb
 import pyarrow.parquet as pq
 
-from stores.base import DatasetFiles, Store, StoreError, new_store_id
+from stores.base import Attachment, DatasetFiles, Store, StoreError, new_store_id
 from stores.capabilities import StoreCapabilities
 from stores.engine.common import quote_ident, quote_literal, remove_folder, tree_sha256
 from stores.engine.extensions import load_extensions, open_guarded_with
@@ -93,6 +93,12 @@ class ProvisionedIceberg(ProvisionedViews):
         a sandbox to read (None when a table spans several data files)."""
         tables = self.root / TABLES
         return tables if tables.is_dir() else None
+
+    def attachment(self) -> Attachment | None:
+        warehouse = (self.root / WAREHOUSE,)
+        return Attachment(
+            str(self.root / CATALOG), "duckdb", "main", warehouse, ("avro", "iceberg")
+        )
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         return open_guarded_with(

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import ClassVar
-from urllib.parse import urlsplit
 
 import duckdb
 
@@ -120,28 +119,11 @@ class _Attach:
 
 
 def _attachment(alias: str, item: ProvisionedStore) -> _Attach:
-    from stores.duckdb.store import DB_NAME, ProvisionedDuckDB
-    from stores.engine.views import CATALOG, ProvisionedViews
-
-    if isinstance(item, ProvisionedViews):  # lake-parquet, files, files-mixed, iceberg
-        iceberg = item.backend == "iceberg"
-        needs = ("avro", "iceberg") if iceberg else ()
-        data = item.root / "warehouse" if iceberg else (item.mount_path or item.root)
-        return _Attach(alias, str(item.root / CATALOG), "duckdb", "main", (data,), needs)
-    if isinstance(item, ProvisionedDuckDB):
-        return _Attach(alias, str(item.root / DB_NAME), "duckdb", "main", (item.root,), ())
-    if item.backend == "sqlite" and item.mount_path is not None:
-        path = item.mount_path  # the file alone: its folder holds other items' copies
-        files = tuple(path.with_name(path.name + s) for s in ("", "-journal", "-wal", "-shm"))
-        return _Attach(alias, str(path), "sqlite", "main", (), ("sqlite_scanner",), files)
-    if item.backend == "postgres":
-        dsn = urlsplit(item._store.dsn)  # type: ignore[attr-defined]
-        conninfo = (
-            f"host={dsn.hostname or '127.0.0.1'} port={dsn.port or 5432} "
-            f"user={item.role} dbname={item.store_id}"  # type: ignore[attr-defined]
-        )
-        return _Attach(alias, conninfo, "postgres", "public", (), ("postgres_scanner",))
-    raise StoreError(f"multi store: cannot attach a {item.backend} store ({item.display_id})")
+    """The component as its store declares it attached (`ProvisionedStore.attachment`)."""
+    how = item.attachment()
+    if how is None:
+        raise StoreError(f"multi store: cannot attach a {item.backend} store ({item.display_id})")
+    return _Attach(alias, how.target, how.kind, how.schema, how.allowed, how.extensions, how.files)
 
 
 class MultiSession(DuckDBSession):

@@ -45,7 +45,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from stores.base import (
@@ -55,6 +55,8 @@ from stores.base import (
     RowCounts,
     Store,
     StoreError,
+    ViewProbeKind,
+    load_object,
     new_store_id,
 )
 from stores.capabilities import StoreCapabilities
@@ -67,9 +69,6 @@ from stores.postgres.roles import scram_verifier, write_reach
 from stores.postgres.session import PostgresSession
 from stores.postgres.signature import content_hash, signature
 from stores.postgres.sweep import SOURCE_FILE, sweep_stale
-
-if TYPE_CHECKING:
-    from stores.common.view_plan import ViewProbeKind
 
 __all__ = ["SOURCE_FILE", "PostgresSourceStore", "ProvisionedPostgresSource"]
 
@@ -147,12 +146,19 @@ class PostgresSourceStore(Store):
     )
 
     def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
-        """Temporary views over the database (`stores.postgres.perturb_views`)."""
+        """Temporary views over the database (`stores.postgres.perturb_views`,
+        imported when a probe is built)."""
         if form is not None:
             return None
-        from stores.postgres.perturb_views import POSTGRES_VIEWS
+        kind: ViewProbeKind = load_object("stores.postgres.perturb_views:POSTGRES_VIEWS")
+        return kind
 
-        return POSTGRES_VIEWS
+    @classmethod
+    def for_source(
+        cls, workdir: Path, location: str, *, role: str | None = None, cache_dir: Path | None = None
+    ) -> Store:
+        """The database at DSN `location`, read as `role` (or per-item roles)."""
+        return cls(workdir, location, role, cache_dir=cache_dir)
 
     def __init__(
         self,

@@ -42,10 +42,12 @@ import secrets
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow.parquet as pq
 
 from stores.base import (
+    Attachment,
     DatasetFiles,
     Fingerprint,
     ProvisionedStore,
@@ -82,6 +84,14 @@ class ProvisionedPostgres(ProvisionedStore):
     def connect(self) -> PostgresSession:
         uri = with_db(self._store.dsn, self.store_id, user=self.role)
         return PostgresSession(uri, self.display_id, self._store.statement_timeout_s)
+
+    def attachment(self) -> Attachment | None:
+        dsn = urlsplit(self._store.dsn)
+        conninfo = (
+            f"host={dsn.hostname or '127.0.0.1'} port={dsn.port or 5432} "
+            f"user={self.role} dbname={self.store_id}"
+        )
+        return Attachment(conninfo, "postgres", "public", (), ("postgres_scanner",))
 
     def fingerprint(self) -> Fingerprint:
         adbc = adbc_module()

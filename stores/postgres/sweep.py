@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
+from stores.base import StoreError
 from stores.owner import Owner
 
-__all__ = ["SOURCE_FILE", "sweep_stale"]
+__all__ = ["SOURCE_FILE", "sweep_folder", "sweep_server", "sweep_stale"]
 
 SOURCE_FILE = "postgres-source.json"
 """In a store folder serving a PostgreSQL source of your own: its DSN without the password
@@ -52,3 +57,27 @@ def sweep_stale(dsn: str) -> list[str]:
                 continue
             dropped.append(str(name))
     return dropped
+
+
+def sweep_folder(folder: Path, dry_run: bool) -> list[str] | None:
+    """The `SOURCE_FILE` a gone process left in `folder`: that server swept (`sweep_stale`)."""
+    marker = folder / SOURCE_FILE
+    if not marker.is_file():
+        return None
+    dsn = str(json.loads(marker.read_text())["dsn"])
+    return [] if dry_run else sweep_stale(dsn)
+
+
+def sweep_server(dry_run: bool) -> list[str]:
+    """The default server's sweep (`BACKINTEL_PG_DSN`, or the local one); nothing for the
+    throwaway cluster, which goes with its process. A failure names the server, redacted."""
+    from stores.common.dsn import redact
+    from stores.postgres.config import DEFAULT_DSN, INITDB
+
+    dsn = os.environ.get("BACKINTEL_PG_DSN", DEFAULT_DSN).strip() or DEFAULT_DSN
+    if dsn == INITDB or dry_run:
+        return []
+    try:
+        return sweep_stale(dsn)
+    except Exception as exc:  # no server, no psycopg: nothing of ours can be there to drop
+        raise StoreError(redact(f"postgres at {dsn}: {str(exc).strip()[:160]}", dsn)) from exc

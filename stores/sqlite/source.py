@@ -21,17 +21,14 @@ copies' sorted-rows family takes some 60 s per GB.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-from stores.base import DatasetFiles, StoreError, new_store_id
+from stores.base import DatasetFiles, Store, StoreError, ViewProbeKind, load_object, new_store_id
 from stores.capabilities import StoreCapabilities
 from stores.common.logical_cache import LogicalCache
 from stores.common.signed_hashes import SignedHashes, signature
 from stores.sqlite.fingerprint import sqlite_source_fingerprint
 from stores.sqlite.store import SQLiteProvisionedStore, SQLiteStore
-
-if TYPE_CHECKING:
-    from stores.common.view_plan import ViewProbeKind
 
 __all__ = ["SQLiteSourceStore", "SignedHashes", "signature"]
 
@@ -45,12 +42,19 @@ class SQLiteSourceStore(SQLiteStore):
     )
 
     def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
-        """Views over the SQLite file (`stores.sqlite.perturb_views`)."""
+        """Views over the SQLite file (`stores.sqlite.perturb_views`,
+        imported when a probe is built)."""
         if form != "sqlite":
             return None
-        from stores.sqlite.perturb_views import SQLITE_VIEWS
+        kind: ViewProbeKind = load_object("stores.sqlite.perturb_views:SQLITE_VIEWS")
+        return kind
 
-        return SQLITE_VIEWS
+    @classmethod
+    def for_source(
+        cls, workdir: Path, location: str, *, role: str | None = None, cache_dir: Path | None = None
+    ) -> Store:
+        """The SQLite file the binding names (found again per item from its files)."""
+        return cls(workdir, cache_dir=cache_dir)
 
     def __init__(
         self,

@@ -16,8 +16,10 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
+from urllib.parse import quote
 
 from stores.base import (
+    Attachment,
     DatasetFiles,
     Fingerprint,
     ProvisionedStore,
@@ -115,6 +117,11 @@ class SQLiteProvisionedStore(ProvisionedStore):
         key = (pristine[1], self._denied)
         return lambda table, count: shared.get((*key, table), count)
 
+    def attachment(self) -> Attachment | None:
+        path = self.mount_path  # the file alone: its folder holds other items' copies
+        files = tuple(path.with_name(path.name + s) for s in ("", "-journal", "-wal", "-shm"))
+        return Attachment(str(path), "sqlite", "main", (), ("sqlite_scanner",), files)
+
     def fingerprint(self) -> Fingerprint:
         """Logical and physical hashes; the logical one read through a private connection."""
         self._check_live()
@@ -165,6 +172,16 @@ class SQLiteStore(Store):
 
     name: ClassVar[str] = "sqlite"
     capabilities = StoreCapabilities(sandbox_mount="file", denies_grants=True)
+
+    @classmethod
+    def fingerprint_file(cls, path: Path) -> Fingerprint:
+        """Logical (tables, schemas, rows) and physical (file bytes) sha256 of a SQLite file."""
+        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+        try:
+            logical = sqlite_logical_fingerprint(conn)
+        finally:
+            conn.close()
+        return Fingerprint(logical=logical, physical=file_sha256(path))
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
