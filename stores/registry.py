@@ -18,6 +18,7 @@ from stores.base import Store
 
 __all__ = [
     "UnknownStoreError",
+    "available_sources",
     "available_stores",
     "load_dialect_rewrite",
     "load_source_class",
@@ -75,6 +76,11 @@ def load_store_class(name: str) -> type[Store]:
         )
     bound: type[Store] = bind(options)
     return bound
+
+
+def available_sources() -> list[str]:
+    """The kinds of source of your own some store serves in place."""
+    return sorted(ep.name for ep in entry_points(group=SOURCES))
 
 
 def load_source_class(kind: str) -> type[Store]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pytest_backintel.cli.store_table import register as register_stores
 from pytest_backintel.collect.loading import (
     SCHEMA_PATH,
     ScenarioFileError,
@@ -348,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_freeze_check)
     register_clean(sub)
     register_merge(sub)
+    register_stores(sub)
     for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
         command.load()(sub, {"data": data, "references": refs})
     return parser

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -372,6 +373,7 @@ class DuckDBFileSourceStore(DuckDBSourceStore):
     exactly as in the source, attached read-only."""
 
     name: ClassVar[str] = "duckdb"
+    capabilities = replace(DuckDBSourceStore.capabilities, sandbox_mount="file")
     kind: ClassVar[str] = "duckdb"
 
 
