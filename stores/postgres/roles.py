@@ -1,15 +1,20 @@
 """What the harness asks of a PostgreSQL login role: a SCRAM verifier for the roles it makes
-(the password itself never sent), and whether a role a user names could write."""
+(the password itself never sent), whether a role a user names could write, and creating and
+dropping the SELECT-only roles it makes."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import secrets
+import time
 from typing import Any
 
-__all__ = ["scram_verifier", "write_reach"]
+from stores.postgres.conn import ident
+
+__all__ = ["create_login_role", "drop_login_role", "scram_verifier", "write_reach"]
 
 _WRITES = """
 SELECT n.nspname || '.' || c.relname || ' (' || p.priv || ')'
@@ -51,3 +56,38 @@ def write_reach(conn: Any) -> list[str]:
     if writes:
         problems.append(f"it may write or owns: {', '.join(writes)}")
     return problems
+
+
+def create_login_role(admin: Any, role: str, verifier: str, comment: str) -> None:
+    """A LOGIN role that reads everything and writes nothing (`pg_read_all_data`, 14+), created
+    with its owner comment in one transaction: it never exists without its mark."""
+    with admin.transaction():
+        admin.execute(
+            f"CREATE ROLE {ident(role)} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
+            f"NOREPLICATION NOBYPASSRLS PASSWORD '{verifier}' IN ROLE pg_read_all_data"
+        )
+        admin.execute(f"COMMENT ON ROLE {ident(role)} IS '{comment}'")
+
+
+def drop_login_role(admin: Any, role: str, wait_s: float) -> None:
+    """End the role's sessions and drop it (missing is fine), waiting up to `wait_s` for their
+    backends to exit: a backend drops its temporary views as it exits, after the client has
+    gone. Raises the last psycopg error."""
+    import psycopg
+
+    with contextlib.suppress(psycopg.Error):  # needs pg_signal_backend: best effort
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,)
+        )
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            admin.execute(f"DROP ROLE IF EXISTS {ident(role)}")
+            return
+        except (
+            psycopg.errors.DependentObjectsStillExist,
+            psycopg.errors.InternalError_,  # "cache lookup failed": a backend was dropping
+        ):  # the role's temporary views as the DROP looked at them
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)

@@ -43,7 +43,6 @@ import hashlib
 import json
 import secrets
 import threading
-import time
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -51,7 +50,6 @@ from urllib.parse import urlsplit
 from stores.base import (
     DatasetFiles,
     Fingerprint,
-    ProvisionedStore,
     RowCounts,
     Store,
     StoreError,
@@ -64,9 +62,14 @@ from stores.common.dsn import redact, without_password
 from stores.common.logical_cache import LogicalCache
 from stores.common.once import OnceMap
 from stores.owner import Owner
-from stores.postgres.conn import dsn_user, ident, with_login
-from stores.postgres.roles import scram_verifier, write_reach
-from stores.postgres.session import PostgresSession
+from stores.postgres.conn import dsn_user, with_login
+from stores.postgres.item import ProvisionedPostgresSource
+from stores.postgres.roles import (
+    create_login_role,
+    drop_login_role,
+    scram_verifier,
+    write_reach,
+)
 from stores.postgres.signature import content_hash, signature
 from stores.postgres.sweep import SOURCE_FILE, sweep_stale
 
@@ -77,59 +80,6 @@ _HASHES: dict[tuple[str, str], str] = {}
 source (`backintel references build` and a run's data hash read it once)."""
 DROP_WAIT_S = 10.0
 """How long a role's drop waits for its sessions' backends to exit."""
-
-
-class ProvisionedPostgresSource(ProvisionedStore):
-    """One item on the source: its opaque id, the role its sessions log in as."""
-
-    backend = "postgres"
-
-    def __init__(
-        self, store: PostgresSourceStore, store_id: str, role: str, password: str | None
-    ) -> None:
-        self._store = store
-        self.store_id = store_id
-        self.role = role
-        self._password = password
-        self._sessions: list[PostgresSession] = []
-        self._lock = threading.Lock()
-        self._torn_down = False
-
-    @property
-    def source_where(self) -> str:
-        """The source's DSN as reports show it (no password)."""
-        return self._store.where
-
-    def session_dsn(self) -> str:
-        """The DSN analyst sessions use (holds the role's password: never print it)."""
-        return self._store.login_dsn(self.role, self._password)
-
-    def connect(self) -> PostgresSession:
-        if self._torn_down:
-            raise StoreError(f"store {self.display_id} is torn down")
-        dsn = self.session_dsn()
-        try:
-            session = PostgresSession(
-                dsn, self.display_id, self._store.statement_timeout_s, self._store.row_counts()
-            )
-        except StoreError as exc:
-            raise StoreError(redact(str(exc), dsn, self._store.source_dsn)) from None
-        with self._lock:
-            self._sessions.append(session)
-        return session
-
-    def fingerprint(self) -> Fingerprint:
-        return self._store.fingerprint()
-
-    def teardown(self) -> None:
-        """Close the item's sessions and drop its role (when the harness made it)."""
-        self._torn_down = True
-        with self._lock:
-            sessions, self._sessions = self._sessions, []
-        for session in sessions:
-            session.close()
-        if self._password is not None:
-            self._store.drop_role(self.role)
 
 
 class PostgresSourceStore(Store):
@@ -358,15 +308,8 @@ class PostgresSourceStore(Store):
         import psycopg
 
         with self._lock:
-            admin = self._admin()
             try:
-                with admin.transaction():  # a role never exists without its owner mark
-                    admin.execute(
-                        f"CREATE ROLE {ident(role)} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
-                        f"NOREPLICATION NOBYPASSRLS PASSWORD '{scram_verifier(password)}' "
-                        "IN ROLE pg_read_all_data"
-                    )
-                    admin.execute(f"COMMENT ON ROLE {ident(role)} IS '{self.comment}'")
+                create_login_role(self._admin(), role, scram_verifier(password), self.comment)
             except psycopg.Error as exc:
                 why = redact(str(exc).strip(), self.source_dsn)
                 raise StoreError(
@@ -377,38 +320,17 @@ class PostgresSourceStore(Store):
             self._made.add(role)
 
     def drop_role(self, role: str) -> None:
-        """Drop a role this store made; missing is fine. Its sessions are ended first, and
-        the drop waits for their backends to exit (a backend drops its temporary views as it
-        exits, after the client has gone)."""
+        """Drop a role this store made; missing is fine (`roles.drop_login_role`)."""
         import psycopg
 
         with self._lock:
-            admin = self._admin()
-            with contextlib.suppress(psycopg.Error):  # needs pg_signal_backend: best effort
-                admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
-                    (role,),
-                )
-            deadline = time.monotonic() + DROP_WAIT_S
-            while True:
-                try:
-                    admin.execute(f"DROP ROLE IF EXISTS {ident(role)}")
-                    break
-                except (
-                    psycopg.errors.DependentObjectsStillExist,
-                    psycopg.errors.InternalError_,  # "cache lookup failed": a backend was
-                ) as exc:  # dropping the role's temporary views as the DROP looked at them
-                    if time.monotonic() > deadline:
-                        why = redact(str(exc).strip(), self.source_dsn)
-                        raise StoreError(
-                            f"postgres source {self.where}: cannot drop {role}: {why}"
-                        ) from None
-                    time.sleep(0.02)
-                except psycopg.Error as exc:
-                    why = redact(str(exc).strip(), self.source_dsn)
-                    raise StoreError(
-                        f"postgres source {self.where}: cannot drop {role}: {why}"
-                    ) from None
+            try:
+                drop_login_role(self._admin(), role, DROP_WAIT_S)
+            except psycopg.Error as exc:
+                why = redact(str(exc).strip(), self.source_dsn)
+                raise StoreError(
+                    f"postgres source {self.where}: cannot drop {role}: {why}"
+                ) from None
             self._made.discard(role)
 
     def teardown_session(self) -> None:
