@@ -168,8 +168,8 @@ def test_the_harness_has_no_module_named_after_a_backend() -> None:
 
 
 def test_the_name_check_finds_one() -> None:
-    assert _named_after_a_backend(Path("pytest_backintel/evidence/perturb_views_pg.py"))
-    assert _named_after_a_backend(Path("pytest_backintel/evidence/dialect_clickhouse.py"))
+    assert _named_after_a_backend(Path("pytest_backintel", "evidence", "perturb_views_pg.py"))
+    assert _named_after_a_backend(Path("pytest_backintel", "evidence", "dialect_clickhouse.py"))
     assert not _named_after_a_backend(Path("pytest_backintel/evidence/dialects.py"))
 
 

@@ -15,6 +15,10 @@ What is rewritten:
   a mention already spelled the new way is left alone, so a second run changes nothing;
 - file paths `a/b/c.py` of moved modules in any text (`stores/sqlite_probe.py`).
 
+A name that was a module and is now a package (`stores.sqlite`, now `stores/sqlite/`) is read
+as the old module: run the tool on code written before the move, and mark a line that means
+the new package with a `rewrite-imports: keep` comment.
+
 Import order is left to `ruff check --fix --select I` afterwards. `--check` lists the files
 that would change and exits 1 if there are any.
 """
@@ -30,6 +34,8 @@ from pathlib import Path
 SUFFIXES = {".py", ".md", ".toml", ".txt", ".yaml", ".yml", ".cfg", ".ini", ".json"}
 SKIP = {".venv", ".git", "__pycache__", "node_modules", ".mypy_cache", ".ruff_cache"}
 DEFAULT_MAP = Path(__file__).with_name("renames.tsv")
+KEEP = "rewrite-imports: keep"
+"""A line holding this (in a comment) is left as it is: a name that is already new."""
 
 
 def load_map(path: Path) -> tuple[dict[str, str], set[str]]:
@@ -79,7 +85,7 @@ class Rewriter:
             skip = _from_lines(text)
         lines = text.splitlines(keepends=True)
         text = "".join(
-            line if n in skip else self.dotted.sub(self._dotted, line)
+            line if n in skip or KEEP in line else self.dotted.sub(self._dotted, line)
             for n, line in enumerate(lines, 1)
         )
         return self.path_re.sub(lambda m: self.paths[m.group(1)], text)

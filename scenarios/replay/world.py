@@ -376,7 +376,7 @@ class OlistReplayWorld(ReferencedWorld):
 
     @property
     def oracles(self) -> Mapping[str, Oracle]:
-        from scenarios.replay_oracles import ORACLES
+        from scenarios.replay.oracles import ORACLES
 
         return ORACLES
 

@@ -167,6 +167,6 @@ class OlistBoundariesWorld(ReferencedWorld):
 
     @property
     def oracles(self) -> Mapping[str, Oracle]:
-        from scenarios.boundaries_oracles import ORACLES
+        from scenarios.boundaries.oracles import ORACLES
 
         return ORACLES

@@ -3,7 +3,7 @@
 Every frame has one row per entity (an order) with the entity's group (the person,
 `customer_unique_id`, whose orders must all fall on one side of a split), the instant the
 prediction is made (`at`), the instant the label becomes known (`label_at`), the features known
-at `at`, and the label. `scenarios.predict` splits each frame by time into a training cohort
+at `at`, and the label. `scenarios.predict.world` splits each frame by time into a training cohort
 (with labels, in the store) and a scoring cohort (without labels, which stay with the evaluator).
 """
 

@@ -183,6 +183,6 @@ class TpchWorld(ReferencedWorld):
 
     @property
     def oracles(self) -> Mapping[str, Oracle]:
-        from scenarios.tpch_oracles import ORACLES
+        from scenarios.tpch.oracles import ORACLES
 
         return ORACLES

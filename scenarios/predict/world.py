@@ -1,6 +1,6 @@
 """Prediction cohorts on the Olist world (world `olist-predict`, level 8).
 
-Each task of `scenarios.predict_tasks` is a snapshot of two tables: `<task>_training`, the entities
+Each task of `scenarios.predict.tasks` is a snapshot of two tables: `<task>_training`, the entities
 predicted before `SCORE_FROM` whose labels were known by then, with their labels; and
 `<task>_scoring`, the entities predicted in [`SCORE_FROM`, `SCORE_TO`), without them. The
 scoring labels are evaluator-owned: they stay out of the store and go into the committed
@@ -35,7 +35,7 @@ import polars as pl
 from pytest_backintel.scenario import Scenario
 from scenarios.olist.generator import OlistConfig, generate
 from scenarios.olist.world import GENERATOR_MODULES
-from scenarios.predict_tasks import SCORE_FROM, SCORE_TO, TASKS, TRAIN_FROM, Task, order_facts
+from scenarios.predict.tasks import SCORE_FROM, SCORE_TO, TASKS, TRAIN_FROM, Task, order_facts
 from scenarios.references import ReferencedWorld
 from scenarios.world_base import Oracle, World
 from scenarios.world_base import data_dir as default_data_dir

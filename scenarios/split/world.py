@@ -120,7 +120,7 @@ class OlistSplitWorld(ReferencedWorld):
 
     @property
     def oracles(self) -> Mapping[str, Oracle]:
-        from scenarios.split_oracles import ORACLES
+        from scenarios.split.oracles import ORACLES
 
         return ORACLES
 
