@@ -3,7 +3,7 @@
     python tools/rewrite_imports.py [--map tools/renames.tsv] [--check] PATH...
 
 Each PATH is a file or a folder (searched for .py, .md, .toml, .txt, .yaml, .yml, .cfg,
-.ini, .json files, skipping .venv, .git and __pycache__). A map line is `old<TAB>new`:
+.ini, .json, .sh files, skipping .venv, .git and __pycache__). A map line is `old<TAB>new`:
 a module (`stores.sqlite_probe<TAB>stores.sqlite.probe`) or, spelled with a colon, one name
 that moved between modules (`stores.caps:sqlite_collect<TAB>stores.sqlite.caps:sqlite_collect`).
 
@@ -31,7 +31,7 @@ import re
 import sys
 from pathlib import Path
 
-SUFFIXES = {".py", ".md", ".toml", ".txt", ".yaml", ".yml", ".cfg", ".ini", ".json"}
+SUFFIXES = {".py", ".md", ".toml", ".txt", ".yaml", ".yml", ".cfg", ".ini", ".json", ".sh"}
 SKIP = {".venv", ".git", "__pycache__", "node_modules", ".mypy_cache", ".ruff_cache"}
 DEFAULT_MAP = Path(__file__).with_name("renames.tsv")
 KEEP = "rewrite-imports: keep"
