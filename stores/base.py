@@ -241,6 +241,11 @@ class ProvisionedStore(ABC):
         """How DuckDB attaches this item (None: it cannot be a `multi` store's component)."""
         return None
 
+    def columns_read(self, sql: str) -> dict[str, set[str]] | None:
+        """Table -> the columns `sql` reads, planned but never run (None: this backend cannot
+        tell); only called for statements `run_sql` accepted."""
+        return None
+
     @abstractmethod
     def teardown(self) -> None:
         """Remove the copy; safe to call twice and after an interrupted item."""

@@ -157,8 +157,8 @@ class OlistBoundariesWorld(ReferencedWorld):
     def code_fingerprint(self) -> str:
         digest = hashlib.sha256()
         for module in GENERATOR_MODULES:
-            digest.update((HERE / "olist" / module).read_bytes())
-        digest.update((HERE / "boundaries.py").read_bytes())
+            digest.update((HERE.parent / "olist" / module).read_bytes())
+        digest.update((HERE / "world.py").read_bytes())
         return digest.hexdigest()[:16]
 
     def generate(self, snapshot: str) -> dict[str, pl.DataFrame]:

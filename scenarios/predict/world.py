@@ -221,8 +221,8 @@ class OlistPredictWorld(ReferencedWorld):
     def code_fingerprint(self) -> str:
         digest = hashlib.sha256()
         for module in GENERATOR_MODULES:
-            digest.update((HERE / "olist" / module).read_bytes())
-        for module in ("predict.py", "predict_tasks.py"):
+            digest.update((HERE.parent / "olist" / module).read_bytes())
+        for module in ("world.py", "tasks.py"):
             digest.update((HERE / module).read_bytes())
         return digest.hexdigest()[:16]
 
@@ -282,7 +282,7 @@ class OlistPredictRealWorld(OlistPredictWorld):
 
     def code_fingerprint(self) -> str:
         digest = hashlib.sha256(self.release.code_fingerprint().encode())
-        for module in ("predict.py", "predict_tasks.py"):
+        for module in ("world.py", "tasks.py"):
             digest.update((HERE / module).read_bytes())
         return digest.hexdigest()[:16]
 

@@ -361,8 +361,8 @@ class OlistReplayWorld(ReferencedWorld):
     def code_fingerprint(self) -> str:
         digest = hashlib.sha256()
         for module in GENERATOR_MODULES:
-            digest.update((HERE / "olist" / module).read_bytes())
-        digest.update((HERE / "replay.py").read_bytes())
+            digest.update((HERE.parent / "olist" / module).read_bytes())
+        digest.update((HERE / "world.py").read_bytes())
         return digest.hexdigest()[:16]
 
     @cached_property

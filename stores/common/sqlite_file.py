@@ -11,7 +11,7 @@ from typing import Any
 
 from stores.base import StoreError
 
-__all__ = ["build_from_parquet", "quote_ident"]
+__all__ = ["build_from_parquet", "columns_read", "quote_ident"]
 
 
 def quote_ident(name: str) -> str:
@@ -82,3 +82,26 @@ def build_from_parquet(files: list[Path], dest: Path) -> None:
         raise StoreError(f"cannot build a SQLite database from {files[0].parent}: {exc}") from exc
     conn.close()
     tmp.replace(dest)
+
+
+def columns_read(path: Path, sql: str) -> dict[str, set[str]] | None:
+    """Table -> columns SQLite's authorizer sees read while preparing `sql` on the file at
+    `path` (read-only, never run); None when it is no file or SQLite cannot say."""
+    if not path.is_file():
+        return None
+    read: dict[str, set[str]] = {}
+
+    def record(action: int, table: str | None, column: str | None, *_: Any) -> int:
+        if action == sqlite3.SQLITE_READ and table and not table.startswith("sqlite_"):
+            read.setdefault(table, set()).add(column or "")
+        return sqlite3.SQLITE_OK
+
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    try:
+        conn.set_authorizer(record)
+        conn.execute(f"EXPLAIN {sql.strip().rstrip(';')}").close()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return read

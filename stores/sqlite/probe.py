@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 from stores.base import StoreError
+from stores.common.sqlite_file import columns_read
 from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore
 from stores.sqlite.build import quote_ident
 from stores.sqlite.session import SQLiteSession
@@ -149,6 +150,11 @@ class SQLiteProbeStore(ViewProbeStore):
         self._salt = salt
         super().__init__(materialise_to)
         self._sessions: list[SQLiteProbeSession] = []
+
+    def columns_read(self, sql: str) -> dict[str, set[str]] | None:
+        """What SQLite's authorizer sees read preparing `sql` on the file (`columns_read`)."""
+        path = self.mount_path
+        return None if path is None else columns_read(path, sql)
 
     def connect(self) -> SQLiteProbeSession:
         session = SQLiteProbeSession(self._path, self._timeout_s, self._plans, self._salt)

@@ -31,6 +31,7 @@ from stores.base import (
 from stores.capabilities import StoreCapabilities
 from stores.common.logical_cache import LogicalCache
 from stores.common.once import OnceMap
+from stores.common.sqlite_file import columns_read
 from stores.fingerprint import file_sha256
 from stores.sqlite.build import TemplateCache
 from stores.sqlite.fingerprint import sqlite_logical_fingerprint
@@ -99,6 +100,11 @@ class SQLiteProvisionedStore(ProvisionedStore):
     def _check_live(self) -> None:
         if self._torn_down or not self._path.exists():
             raise StoreError(f"store {self.display_id} is torn down or its file is missing")
+
+    def columns_read(self, sql: str) -> dict[str, set[str]] | None:
+        """What SQLite's authorizer sees read preparing `sql` on the file (`columns_read`)."""
+        path = self.mount_path
+        return None if path is None else columns_read(path, sql)
 
     def connect(self) -> SQLiteSession:
         self._check_live()
