@@ -1,8 +1,9 @@
 """Perturbed copies of a user's own SQLite file in its own form, so evidence over data of your
 own must follow the data like evidence over a built world. A source served in place is probed
-through views instead, with no copy (`perturb_views`: SQLite; `perturb_views_duckdb`: DuckDB
-files, Parquet and CSV folders; `perturb_views_pg`: PostgreSQL); this module's copies remain
-for a SQLite file served by the copying `sqlite` backend (`--store` on a built world's file).
+through views instead, with no copy (its store's `view_probe_kind`: `stores/<backend>/
+perturb_views.py` for SQLite, DuckDB files, Parquet and CSV folders, PostgreSQL, ClickHouse);
+this module's copies remain for a SQLite file served by the copying `sqlite` backend
+(`--store` on a built world's file).
 
 The rows to drop and the values to scale are chosen by `perturb.perturb_tables` (the same
 transformation as for Parquet datasets); what differs is only how tables are read and written:

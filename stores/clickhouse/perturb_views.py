@@ -1,5 +1,5 @@
 """The data probe of a ClickHouse source as views (`stores.clickhouse.probe`), planned from the
-server's catalog by the generic planner (`perturb_views.plan_tables`).
+server's catalog by the generic planner (`stores.common.view_plan.plan_tables`).
 
 The tables are the source database's tables of the MergeTree, Log and Memory families
 (`stores.clickhouse.signature.served_tables`); column types come from `system.columns`, so Float and

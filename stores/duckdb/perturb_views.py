@@ -1,5 +1,5 @@
 """The data probe of a DuckDB file, Parquet folder or CSV folder as views (`stores.duckdb.probe`),
-planned from its catalog by the generic planner (`perturb_views.plan_tables`).
+planned from its catalog by the generic planner (`stores.common.view_plan.plan_tables`).
 
 The catalog is read on an in-memory DuckDB connection that makes the source readable under an
 alias (`DuckDBSource.attach`): tables and column types from `information_schema`, declared

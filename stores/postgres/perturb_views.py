@@ -1,5 +1,5 @@
 """The data probe of a PostgreSQL source as temporary views (`stores.postgres.probe`), planned
-from the PostgreSQL catalog by the generic planner (`perturb_views.plan_tables`).
+from the PostgreSQL catalog by the generic planner (`stores.common.view_plan.plan_tables`).
 
 The tables are the base and partitioned tables of schema `public` (partitions are read
 through their parent); the source's own views and materialised views of `public` are
