@@ -1,5 +1,7 @@
 """`tools/rewrite_imports.py` moves code written against the flat `stores/` (and the old
-scenario and evidence modules) to the package-per-backend layout, from `tools/renames.tsv`."""
+scenario and evidence modules) to the package-per-backend layout, from `tools/renames.tsv`.
+
+This file shows the old names on purpose (rewrite-imports: keep-file)."""
 
 from __future__ import annotations
 

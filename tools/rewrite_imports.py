@@ -17,7 +17,8 @@ What is rewritten:
 
 A name that was a module and is now a package (`stores.sqlite`, now `stores/sqlite/`) is read
 as the old module: run the tool on code written before the move, and mark a line that means
-the new package with a `rewrite-imports: keep` comment.
+the new package with a `rewrite-imports: keep` comment (a whole file: `rewrite-imports:
+keep-file`).
 
 Import order is left to `ruff check --fix --select I` afterwards. `--check` lists the files
 that would change and exits 1 if there are any.
@@ -36,6 +37,8 @@ SKIP = {".venv", ".git", "__pycache__", "node_modules", ".mypy_cache", ".ruff_ca
 DEFAULT_MAP = Path(__file__).with_name("renames.tsv")
 KEEP = "rewrite-imports: keep"
 """A line holding this (in a comment) is left as it is: a name that is already new."""
+KEEP_FILE = "rewrite-imports: keep-file"
+"""A file holding this is left whole (one that shows the old names on purpose)."""
 
 
 def load_map(path: Path) -> tuple[dict[str, str], set[str]]:
@@ -84,11 +87,15 @@ class Rewriter:
             text = self._imports(text)
             skip = _from_lines(text)
         lines = text.splitlines(keepends=True)
-        text = "".join(
-            line if n in skip or KEEP in line else self.dotted.sub(self._dotted, line)
+        return "".join(
+            line if KEEP in line else self._line(line, dotted=n not in skip)
             for n, line in enumerate(lines, 1)
         )
-        return self.path_re.sub(lambda m: self.paths[m.group(1)], text)
+
+    def _line(self, line: str, dotted: bool) -> str:
+        if dotted:
+            line = self.dotted.sub(self._dotted, line)
+        return self.path_re.sub(lambda m: self.paths[m.group(1)], line)
 
     def _dotted(self, m: re.Match[str]) -> str:
         old, tail = m.group(1), m.group(2) or ""
@@ -191,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             before = path.read_text()
         except UnicodeDecodeError:
+            continue
+        if KEEP_FILE in before:
             continue
         after = rewriter.text(before, python=path.suffix == ".py")
         if after != before:
