@@ -97,7 +97,7 @@ for store in postgres clickhouse; do
   uv run pytest -m "development and not level4 and not level7 and not level8" -n 2 -q --store "$store"
 done
 # The DuckDB-engine backends share DuckDB's dialect, and every connection forks a memory-capped
-# child (stores/engine_process.py): CI runs their first level (their conformance and hostile
+# child (stores/engine/process.py): CI runs their first level (their conformance and hostile
 # suites run in full in the tests above). iceberg-s3 adds a local S3 endpoint to iceberg.
 for store in duckdb iceberg iceberg-s3 lake-parquet files; do
   uv run pytest -m "development and level1" -n 2 -q --store "$store"

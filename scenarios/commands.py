@@ -34,7 +34,7 @@ def _data_olist(args: argparse.Namespace) -> int:
 
 
 def _replay_build(args: argparse.Namespace) -> int:
-    from scenarios.replay import build_replay
+    from scenarios.replay.world import build_replay
 
     for name, files in sorted(build_replay().items()):
         print(f"olist-replay/{name}: {files.parquet_dir}")
@@ -42,7 +42,7 @@ def _replay_build(args: argparse.Namespace) -> int:
 
 
 def _split_build(args: argparse.Namespace) -> int:
-    from scenarios.split import build_split
+    from scenarios.split.world import build_split
 
     files = build_split()
     print(f"olist-split: {files.parquet_dir}")

@@ -72,37 +72,37 @@ def acceptance_world() -> World:
 
 
 def olist_replay_world() -> World:
-    from scenarios.replay import OlistReplayWorld
+    from scenarios.replay.world import OlistReplayWorld
 
     return OlistReplayWorld()
 
 
 def olist_split_world() -> World:
-    from scenarios.split import OlistSplitWorld
+    from scenarios.split.world import OlistSplitWorld
 
     return OlistSplitWorld()
 
 
 def olist_orders_world() -> World:
-    from scenarios.split import OlistOrdersWorld
+    from scenarios.split.world import OlistOrdersWorld
 
     return OlistOrdersWorld()
 
 
 def olist_catalog_world() -> World:
-    from scenarios.split import OlistCatalogWorld
+    from scenarios.split.world import OlistCatalogWorld
 
     return OlistCatalogWorld()
 
 
 def tpch_world() -> World:
-    from scenarios.tpch import TpchWorld
+    from scenarios.tpch.world import TpchWorld
 
     return TpchWorld()
 
 
 def olist_boundaries_world() -> World:
-    from scenarios.boundaries import OlistBoundariesWorld
+    from scenarios.boundaries.world import OlistBoundariesWorld
 
     return OlistBoundariesWorld()
 
@@ -110,7 +110,7 @@ def olist_boundaries_world() -> World:
 def olist_predict_world() -> World:
     """The prediction cohorts of world `olist`: generated, or of the loaded Olist release
     with `BACKINTEL_OLIST_SOURCE=real`."""
-    from scenarios.predict import OlistPredictRealWorld, OlistPredictWorld
+    from scenarios.predict.world import OlistPredictRealWorld, OlistPredictWorld
 
     base = olist_world()
     if base.name == "olist-real":

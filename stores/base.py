@@ -7,22 +7,27 @@ item under an opaque id (`ProvisionedStore`), and hands out read-only analyst co
 
 from __future__ import annotations
 
+import importlib
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar
 
+from stores.capabilities import StoreCapabilities, UnsupportedCapability
+
 __all__ = [
     "MAX_CELL_BYTES",
     "MAX_RESULT_BYTES",
     "MAX_ROWS",
+    "Attachment",
     "Column",
     "DatasetFiles",
     "Fingerprint",
+    "Plans",
     "ProvisionedStore",
     "QueryError",
     "QueryRefused",
@@ -33,6 +38,8 @@ __all__ = [
     "StoreError",
     "StoreSession",
     "TableInfo",
+    "ViewProbeKind",
+    "load_object",
     "new_store_id",
 ]
 
@@ -85,7 +92,7 @@ class TableInfo:
 @dataclass(frozen=True)
 class QueryResult:
     """Rows of a read-only query: at most `max_rows` of them and `max_bytes` of cells, each
-    text or binary cell at most `max_cell_bytes` long (see `stores.caps`)."""
+    text or binary cell at most `max_cell_bytes` long (see `stores.common.caps`)."""
 
     columns: list[str]
     rows: list[tuple[Cell, ...]]
@@ -173,7 +180,7 @@ class StoreSession(ABC):
         self, sql: str, max_rows: int = MAX_ROWS, max_bytes: int = MAX_RESULT_BYTES
     ) -> QueryResult:
         """Run one read-only statement; `QueryRefused`, `QueryTimeout` or `QueryError`.
-        The caps hold inside the engine's fetch (`stores.caps`), before anything is
+        The caps hold inside the engine's fetch (`stores.common.caps`), before anything is
         materialised here."""
 
     @abstractmethod
@@ -191,6 +198,20 @@ class StoreSession(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """How a DuckDB session attaches a provisioned item read-only (the `multi` store): the
+    ATTACH target and type, its schema, the folders and single files it may read, and the
+    extensions it needs."""
+
+    target: str
+    kind: str
+    schema: str
+    allowed: tuple[Path, ...] = ()
+    extensions: tuple[str, ...] = ()
+    files: tuple[Path, ...] = ()
 
 
 class ProvisionedStore(ABC):
@@ -216,20 +237,68 @@ class ProvisionedStore(ABC):
         """A file or folder a sandbox may mount read-only, when the store lives on disk."""
         return None
 
+    def attachment(self) -> Attachment | None:
+        """How DuckDB attaches this item (None: it cannot be a `multi` store's component)."""
+        return None
+
+    def columns_read(self, sql: str) -> dict[str, set[str]] | None:
+        """Table -> the columns `sql` reads, planned but never run (None: this backend cannot
+        tell); only called for statements `run_sql` accepted."""
+        return None
+
     @abstractmethod
     def teardown(self) -> None:
         """Remove the copy; safe to call twice and after an interrupted item."""
+
+
+Plans = tuple[dict[str, Any], list[str]]
+"""A source's probe plan: each table's `stores.probe.TablePlan`, and notes on the tables kept
+whole."""
+
+
+@dataclass(frozen=True)
+class ViewProbeKind:
+    """A source whose data probe is views over it, not a copy: how it is planned (once per
+    source) and how one salt's probe is made from the plan (`Store.view_probe_kind`)."""
+
+    plan: Callable[[Store, DatasetFiles], Plans]
+    probe: Callable[
+        [Store, DatasetFiles, Path, int, str | None, dict[str, Any], list[str]],
+        ProvisionedStore,
+    ]
+
+
+def load_object(path: str) -> Any:
+    """The object at `module:attribute`, imported on first use (a backend's heavy or rarely
+    needed parts, such as its probe views, stay unimported until asked for)."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 class Store(ABC):
     """A backend: set up once per session, provisions isolated stores per item."""
 
     name: ClassVar[str]
+    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities()
+    """What this store can do, declared in one place (`stores.capabilities`)."""
     dialect: ClassVar[str] = "sqlite"
-    """The SQL dialect the analyst writes here (`sqlite`, `duckdb` or `postgres`)."""
+    """The SQL dialect the analyst writes here: `capabilities.dialect` (kept in step)."""
     statement_timeout_s: float = 10.0
     denies_grants: ClassVar[bool] = False
-    """Whether `provision` honours `DatasetFiles.denied` (a read grant withheld per table)."""
+    """Whether `provision` honours `DatasetFiles.denied`: `capabilities.denies_grants`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """`dialect` and `denies_grants` follow `capabilities`; a store written before
+        capabilities existed (only `dialect` or `denies_grants` set) gets them declared."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if "capabilities" in own:
+            cls.dialect = cls.capabilities.dialect
+            cls.denies_grants = cls.capabilities.denies_grants
+        elif "dialect" in own or "denies_grants" in own:
+            cls.capabilities = replace(
+                cls.capabilities, dialect=cls.dialect, denies_grants=cls.denies_grants
+            )
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         self.workdir = workdir
@@ -247,6 +316,35 @@ class Store(ABC):
     @abstractmethod
     def provision(self, dataset: DatasetFiles) -> ProvisionedStore:
         """An isolated copy of `dataset` under a fresh opaque id."""
+
+    @classmethod
+    def for_source(
+        cls, workdir: Path, location: str, *, role: str | None = None, cache_dir: Path | None = None
+    ) -> Store:
+        """This store serving a user's own source at `location` (a path or DSN) where it is
+        (`capabilities.in_place`); `cache_dir` keeps hashes for every process of the source."""
+        raise UnsupportedCapability(
+            f"store {cls.name!r} does not support in_place=True: it copies each item's data"
+        )
+
+    @classmethod
+    def check_location(cls, location: str) -> None:
+        """Raise `StoreError` naming what is wrong with a source's `location`, at collection."""
+
+    @classmethod
+    def fingerprint_file(cls, path: Path) -> Fingerprint:
+        """The fingerprint this store gives an item made from the data file at `path` (what
+        a manifest records so a run can check the file it was given)."""
+        raise UnsupportedCapability(f"store {cls.name!r} fingerprints no single data file")
+
+    def source_fingerprint(self) -> Fingerprint:
+        """The fingerprint of the source used in place, read where it is (no item made)."""
+        raise UnsupportedCapability(f"store {self.name!r} does not support in_place=True")
+
+    def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
+        """How this store serves the evidence stage's data probes of a source of `form` as
+        views over it (`capabilities.perturbation == "views"`); None: as copies."""
+        return None
 
     def teardown_session(self) -> None:
         """Once per test session: stop what `setup_session` started."""

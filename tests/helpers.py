@@ -13,7 +13,7 @@ from pydantic_ai.models.function import AgentInfo
 from analyst.agent import OUTPUT_TOOL_NAMES
 from pytest_backintel.collect.loading import DEFINITIONS_DIR
 from stores.base import DatasetFiles, ProvisionedStore
-from stores.sqlite import SQLiteStore
+from stores.sqlite.store import SQLiteStore
 
 __all__ = ["ANSWER", "CALIBRATION_CASES", "FEW", "SQL", "orders_store", "script"]
 

@@ -30,7 +30,7 @@ from scenarios.acceptance.regression import (
 )
 from scenarios.acceptance.sealing import SECRET_ENV, issue
 from scenarios.acceptance.world import AcceptanceWorld
-from stores.sqlite import SQLiteStore
+from stores.sqlite.store import SQLiteStore
 
 TEST_SECRET = b"test-only secret, not the evaluator's: 0001"
 

@@ -53,7 +53,7 @@ from stores.base import (
     StoreSession,
     TableInfo,
 )
-from stores.sqlite import SQLiteStore
+from stores.sqlite.store import SQLiteStore
 
 SQL = "SELECT COUNT(*) AS delivered_orders FROM orders WHERE status = 'delivered'"
 ANSWER: dict[str, Any] = {

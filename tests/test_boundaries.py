@@ -26,8 +26,8 @@ from pytest_backintel.scoring.boundaries import out_of_scope
 from pytest_backintel.testing.model_server import ModelServer, Step
 from scenarios.worlds import data_dir, get_world
 from stores.base import QueryError
-from stores.postgres import PostgresStore
-from stores.sqlite import SQLiteStore
+from stores.postgres.store import PostgresStore
+from stores.sqlite.store import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "development and boundaries"

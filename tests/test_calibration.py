@@ -27,7 +27,7 @@ from pytest_backintel.contract import AnalystAnswer, Refusal
 from pytest_backintel.scenario import ColumnSpec, MetricKind, MetricSpec
 from pytest_backintel.tolerance import compare_metric, compare_scalar, tolerance_for
 from stores.base import DatasetFiles, ProvisionedStore
-from stores.sqlite import SQLiteStore
+from stores.sqlite.store import SQLiteStore
 
 CONFIG = AnalystConfig()
 SCALAR_SQL = (

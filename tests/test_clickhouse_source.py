@@ -1,4 +1,4 @@
-"""A ClickHouse source used in place (`stores.clickhouse_source`), on a real server (the
+"""A ClickHouse source used in place (`stores.clickhouse.source`), on a real server (the
 `clickhouse_server` fixture: Debian's 18.16 started in a temp folder): the reference analyst
 passes with nothing named `bi_` left on the server; each item reads only its own database of
 views, with `readonly=1` enforced by the server and everything else (system tables, the source
@@ -31,7 +31,7 @@ from test_own_data import backintel, pytest_run
 from test_probe_keys import rows
 
 from stores.base import DatasetFiles, QueryRefused, StoreError
-from stores.clickhouse_http import ClickHouseHTTPError, HttpClient
+from stores.clickhouse.http import ClickHouseHTTPError, HttpClient
 
 REQUIRED = "clickhouse-server" in os.environ.get("BACKINTEL_REQUIRE", "")
 
@@ -176,8 +176,8 @@ def test_a_password_in_the_dsn_is_redacted_in_errors_and_records(
     """A DSN with its password written in it: a wrong database, a bad parameter and an
     unreachable port name the DSN with `***`; the store folder's record and the lock file
     built from a scenario file holding the DSN hold no password."""
-    from stores.ch_dsn import SOURCE_FILE
-    from stores.clickhouse_source import ClickHouseSourceStore
+    from stores.clickhouse.dsn import SOURCE_FILE
+    from stores.clickhouse.source import ClickHouseSourceStore
 
     dsn, db, _ = source
     password = urlsplit(dsn).password or ""
@@ -247,7 +247,7 @@ def test_the_item_reads_only_its_database_and_the_server_enforces_readonly(
     straight to the server on the item's own connection settings, are refused by the server
     (`readonly=1`, code 164); the source's fingerprint is the same after; the item's database
     is gone at teardown."""
-    from stores.clickhouse_source import ClickHouseSourceStore
+    from stores.clickhouse.source import ClickHouseSourceStore
 
     dsn, db, truth = source
     store = ClickHouseSourceStore(tmp_path / "w", dsn)
@@ -345,7 +345,7 @@ WRITER = """
 import os, time
 from pytest_backintel.analyst_api import AnalystRun
 from pytest_backintel.contract import AnalystAnswer
-from stores.ch_dsn import ClickHouseDsn
+from stores.clickhouse.dsn import ClickHouseDsn
 
 SQL = {sql!r}
 
@@ -402,7 +402,7 @@ KILLED = """
 import os, signal, sys
 from pathlib import Path
 from stores.base import DatasetFiles
-from stores.clickhouse_source import ClickHouseSourceStore
+from stores.clickhouse.source import ClickHouseSourceStore
 
 work = Path(sys.argv[2]) / "stores" / "clickhouse-server" / str(os.getpid())
 store = ClickHouseSourceStore(work, sys.argv[1])
@@ -419,7 +419,7 @@ def test_backintel_clean_drops_the_databases_of_a_killed_run(
     """A process that made an item's database and was killed (`kill -9`) leaves it; a
     `backintel clean` names and drops it (the password from `CLICKHOUSE_PASSWORD`, as the
     record holds none); a live process's databases are left alone."""
-    from stores.clickhouse_source import ClickHouseSourceStore
+    from stores.clickhouse.source import ClickHouseSourceStore
 
     dsn, _, _ = source
     data = tmp_path / "data"
@@ -478,8 +478,8 @@ def test_keys_come_from_a_unique_primary_key_then_names_and_money_keeps_its_type
     a half of the rows are gone (their own hash, and their customer's), every kept line's
     invoice is kept, and Decimal, Nullable Decimal and Float columns keep their types while
     their values move."""
-    from pytest_backintel.evidence.perturb_views_ch import ch_plan, ch_view_probe
-    from stores.clickhouse_source import ClickHouseSourceStore
+    from stores.clickhouse.perturb_views import ch_plan, ch_view_probe
+    from stores.clickhouse.source import ClickHouseSourceStore
 
     dsn, db, _ = source
     server.post(
@@ -539,8 +539,8 @@ def test_a_key_lookup_reads_a_granule_on_the_item_and_on_its_probes(
     through the item's `Merge` table and through a probe's view (sent with predicate
     pushdown); the same statement on the probe without pushdown reads every row, which is
     what a view alone costs on 18.16. Rows read come from the server's `query_log`."""
-    from pytest_backintel.evidence.perturb_views_ch import ch_plan, ch_view_probe
-    from stores.clickhouse_source import ClickHouseSourceStore
+    from stores.clickhouse.perturb_views import ch_plan, ch_view_probe
+    from stores.clickhouse.source import ClickHouseSourceStore
 
     dsn, db, _ = source
     server.post(

@@ -25,10 +25,10 @@ from test_probe_keys import (
     write_parquet,
 )
 
-from stores._duckdb_common import logical_fingerprint
 from stores.base import DatasetFiles, QueryRefused
-from stores.duckdb_source import SOURCE_STORES, DuckDBSource, DuckDBSourceStore
-from stores.signed_hashes import SignedHashes
+from stores.common.signed_hashes import SignedHashes
+from stores.duckdb.source import SOURCE_STORES, DuckDBSource, DuckDBSourceStore
+from stores.engine.common import logical_fingerprint
 
 KINDS = ("duckdb", "parquet", "csv")
 
@@ -228,8 +228,8 @@ def test_the_probe_is_views_planned_from_the_catalog_that_a_schema_name_cannot_b
     drop by key and follow the foreign key; DECIMAL money moves and keeps its type;
     `main.Invoice` and `memory.main.Invoice` are the probe's views; the analyst's alias
     `store` does not exist there; the Python copy holds what the views show."""
-    from pytest_backintel.evidence.perturb_views_duckdb import duckdb_plan
-    from stores.duckdb_probe import DuckDBProbeStore, materialise
+    from stores.duckdb.perturb_views import duckdb_plan
+    from stores.duckdb.probe import DuckDBProbeStore, materialise
 
     where, _ = make(kind, tmp_path)
     source = DuckDBSource(kind, where)
@@ -376,7 +376,7 @@ def test_the_plan_is_read_once_per_state_of_the_source(tmp_path: Path) -> None:
     """Planning reads every row (a candidate key's uniqueness), so its result is kept by the
     source's content digest: the next process reads it back equal; a changed source is
     planned again."""
-    from pytest_backintel.evidence.perturb_views_duckdb import DUCKDB_VIEWS
+    from stores.duckdb.perturb_views import DUCKDB_VIEWS
 
     where, _ = make("parquet", tmp_path)
     store = SOURCE_STORES["parquet"](tmp_path / "stores" / "p" / "1")
@@ -394,8 +394,8 @@ def test_the_plan_is_read_once_per_state_of_the_source(tmp_path: Path) -> None:
 def test_a_view_of_the_source_is_named_in_the_notes(tmp_path: Path) -> None:
     """A DuckDB file's own view reads the source's tables, not the probe's: the notes say so
     (and the view still works on the probe)."""
-    from pytest_backintel.evidence.perturb_views_duckdb import duckdb_plan
-    from stores.duckdb_probe import DuckDBProbeStore
+    from stores.duckdb.perturb_views import duckdb_plan
+    from stores.duckdb.probe import DuckDBProbeStore
 
     where, _ = make("duckdb", tmp_path)
     con = duckdb.connect(str(where))

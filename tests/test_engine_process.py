@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from stores import engine_process
 from stores.base import (
     DatasetFiles,
     QueryError,
@@ -21,8 +20,9 @@ from stores.base import (
     StoreSession,
     TableInfo,
 )
-from stores.duckdb_store import DuckDBStore
-from stores.engine_process import IsolatedSession
+from stores.duckdb.store import DuckDBStore
+from stores.engine import process as engine_process
+from stores.engine.process import IsolatedSession
 
 
 class Hostile(StoreSession):
@@ -145,7 +145,7 @@ def test_a_duckdb_session_imports_no_pandas(tmp_path: Path) -> None:
 import sys
 from pathlib import Path
 from stores.base import DatasetFiles
-from stores.duckdb_store import DuckDBStore
+from stores.duckdb.store import DuckDBStore
 folder = Path({str(tmp_path)!r}) / "parquet"
 store = DuckDBStore(Path({str(tmp_path)!r}) / "work", statement_timeout_s=30)
 store.setup_session()
@@ -233,7 +233,7 @@ def test_an_opener_that_cannot_go_to_the_child_is_a_store_error() -> None:
 def test_engine_children_and_their_server_end_when_the_harness_is_killed(tmp_path: Path) -> None:
     script = """
 import os, sys, time
-from stores.engine_process import IsolatedSession
+from stores.engine.process import IsolatedSession
 from tests.test_engine_process import Hostile
 s = IsolatedSession(Hostile, where="test", timeout_s=5)
 print(s.list_tables()[0], flush=True)
@@ -271,7 +271,7 @@ def _running(pid: int) -> bool:
 def test_the_fork_server_has_one_thread_and_runs_no_engine() -> None:
     """Children are forked from a process with one thread: nothing of DuckDB, OpenBLAS or
     Arrow's allocator can be caught mid-work by the fork."""
-    from stores import fork_server
+    from stores.engine import fork_server
 
     with IsolatedSession(Hostile, where="test", timeout_s=5) as s:
         s.list_tables()  # the server has finished its imports

@@ -1,4 +1,4 @@
-"""The DuckDB logical fingerprint (`stores._duckdb_common.logical_fingerprint`) and its cache.
+"""The DuckDB logical fingerprint (`stores.engine.common.logical_fingerprint`) and its cache.
 
 The fingerprint is computed inside DuckDB from a per-row hash; these properties pin what it must
 see (any one cell changed: int, float, text, NULL vs 0 vs '', a type change such as 1 vs 1.0)
@@ -17,10 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stores._duckdb_common import _LOGICAL_CACHE, logical_fingerprint
 from stores.base import DatasetFiles, ProvisionedStore, Store, StoreError
-from stores.duckdb_store import DuckDBStore, ProvisionedDuckDB
-from stores.lake import LakeParquetStore, ProvisionedViews
+from stores.duckdb.store import DuckDBStore, ProvisionedDuckDB
+from stores.engine.common import _LOGICAL_CACHE, logical_fingerprint
+from stores.engine.views import ProvisionedViews
+from stores.files.lake import LakeParquetStore
 
 COLUMNS = {"i": "BIGINT", "f": "DOUBLE", "s": "VARCHAR"}
 ints = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))

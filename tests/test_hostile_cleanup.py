@@ -23,9 +23,9 @@ import pytest
 from pytest_backintel.cli.commands import main
 from pytest_backintel.run.cleanup import clean_stale, clean_stale_in_background
 from pytest_backintel.sandbox.cgroup import RunCgroup
-from stores.faults import FAULT_ENV
+from stores.common.faults import FAULT_ENV
 from stores.owner import OWNER_FILE, Owner, mark_folder
-from stores.postgres import DEFAULT_DSN
+from stores.postgres.store import DEFAULT_DSN
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "definitions" / "level1" / "l1-delivered-orders.scenario.yaml"
@@ -251,7 +251,7 @@ import sys
 from pathlib import Path
 import pyarrow as pa, pyarrow.parquet as pq
 from stores.base import DatasetFiles
-from stores.postgres import PostgresStore
+from stores.postgres.store import PostgresStore
 
 root = Path(sys.argv[1])
 (root / "parquet").mkdir(parents=True)

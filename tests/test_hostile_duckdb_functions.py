@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stores._duckdb_policy import REFUSED_TABLE_FUNCTIONS, SAFE_TABLE_FUNCTIONS
 from stores.base import QueryRefused
+from stores.engine.policy import REFUSED_TABLE_FUNCTIONS, SAFE_TABLE_FUNCTIONS
 from tests.test_hostile_isolation import Backend
 
 DUCKDB_BACKED = ["duckdb", "lake-parquet", "files", "files-mixed", "iceberg",
@@ -42,7 +42,7 @@ def test_every_table_function_is_classified_and_every_refused_one_is_refused(
     with backend.item.connect() as session:
         names = [str(r[0]) for r in session.run_sql(LIST, 1000).rows]
         unclassified = set(names) - SAFE_TABLE_FUNCTIONS - REFUSED_TABLE_FUNCTIONS.keys()
-        assert not unclassified, f"classify in stores/_duckdb_policy.py: {sorted(unclassified)}"
+        assert not unclassified, f"classify in stores/engine/policy.py: {sorted(unclassified)}"
         refused = [n for n in names if n not in SAFE_TABLE_FUNCTIONS]
         assert len(refused) > 40
         for name in refused:

@@ -341,7 +341,7 @@ def test_the_wrapping_keeps_what_the_statement_said(backend: Backend) -> None:
 def test_multi_attaches_postgres_as_the_items_select_only_role(tmp_path: Path) -> None:
     import psycopg
 
-    from stores.postgres import DEFAULT_DSN
+    from stores.postgres.store import DEFAULT_DSN
 
     b = Backend(MULTI, tmp_path)
     try:

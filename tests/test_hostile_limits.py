@@ -195,7 +195,7 @@ def test_values_a_store_cannot_convert_come_back_to_the_analyst(
 
 
 class BuggySession(StoreSession):
-    """A real session whose result conversion fails the way stores/postgres.py's did on
+    """A real session whose result conversion fails the way stores/postgres/store.py's did on
     `'infinity'::timestamp` before it named such values: an exception out of harness code."""
 
     def __init__(self, inner: StoreSession) -> None:

@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stores.base import DatasetFiles, QueryError, QueryRefused, StoreError
-from stores.iceberg import IcebergStore, snapshot_ids
-from stores.multi import SUPPORTED, Component, MultiStore, component_dataset, parse_spec
-from stores.pg_cluster import find_binary
-from stores.postgres import PostgresStore
+from stores.iceberg.store import IcebergStore, snapshot_ids
+from stores.multi.store import SUPPORTED, Component, MultiStore, component_dataset, parse_spec
+from stores.postgres.cluster import find_binary
+from stores.postgres.store import PostgresStore
 from stores.registry import UnknownStoreError, load_store_class
 
 ALIAS = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True).filter(
@@ -143,7 +143,7 @@ def test_iceberg_snapshot_is_part_of_the_fingerprint(
 ) -> None:
     """A commit through the catalog changes the physical fingerprint (new snapshot id) but not
     what the analyst's views show, which stay pinned to the provisioned snapshot."""
-    from stores.iceberg import NAMESPACE, open_catalog
+    from stores.iceberg.store import NAMESPACE, open_catalog
 
     store = IcebergStore(tmp_path / "ice")
     store.setup_session()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from stores.once import OnceMap
+from stores.common.once import OnceMap
 
 
 def test_threads_asking_at_once_compute_the_value_once() -> None:

@@ -116,7 +116,7 @@ def test_the_tutorial_on_an_existing_postgres_database(
     scenario = load_scenario_file(folder / "scenarios" / "delivered-orders.scenario.yaml")
     source = user_source(scenario.dataset)
     assert source is not None
-    from stores.postgres_source import PostgresSourceStore
+    from stores.postgres.source import PostgresSourceStore
 
     source_store = PostgresSourceStore(tmp_path / "w", shop_postgres)
     before = source_store.source_fingerprint()

@@ -1,5 +1,5 @@
 """Reads hidden inside functions cannot pass a PostgreSQL source's data probe
-(`stores.pg_policy`): functions that run SQL text or read a named table, schema or database
+(`stores.postgres.policy`): functions that run SQL text or read a named table, schema or database
 (`query_to_xml`, `table_to_xml`, `ts_stat`, ...) are refused on every PostgreSQL session, and
 on the probe every function, aggregate or operator defined outside `pg_catalog` (LANGUAGE sql
 or plpgsql, which read tables without the reads showing in the plan) and the sampled values
@@ -20,7 +20,7 @@ from test_own_data import ADMIN_DSN, _admin, backintel
 from test_postgres_source import SCENARIOS, fill, project
 
 from stores.base import DatasetFiles, QueryRefused
-from stores.pg_policy import refused_builtin
+from stores.postgres.policy import refused_builtin
 
 FUNCTIONS = [
     "CREATE FUNCTION n_usa() RETURNS bigint LANGUAGE sql AS $$SELECT count(*) "
@@ -104,8 +104,8 @@ def test_reads_hidden_in_functions_are_refused_on_the_probe_and_ordinary_evidenc
     """Each hidden read is refused on the probe, naming the function (or relation) and why;
     the ordinary queries run there; the analyst's own session on the source refuses the
     SQL-text functions too but may call the source's functions (it reads the real data)."""
-    from pytest_backintel.evidence.perturb_views_pg import pg_plan, pg_view_probe
-    from stores.postgres_source import PostgresSourceStore
+    from stores.postgres.perturb_views import pg_plan, pg_view_probe
+    from stores.postgres.source import PostgresSourceStore
 
     dsn, truth = source
     files = DatasetFiles("src", parquet_dir=tmp_path / "none")

@@ -1,4 +1,4 @@
-"""A PostgreSQL source used in place (`stores.postgres_source`): runs that pass while another
+"""A PostgreSQL source used in place (`stores.postgres.source`): runs that pass while another
 session holds the source open, with a password (in the DSN, through `PGPASSWORD`) on a server
 that checks it, and that leave nothing behind in the source's catalog; hidden literals are
 `unsupported_evidence` through the probe's temporary views, a schema-qualified name cannot
@@ -192,7 +192,7 @@ def test_a_run_passes_while_another_session_holds_the_source_open(
 def test_the_items_role_reads_everything_and_writes_nothing_and_is_dropped(
     tmp_path: Path, source: tuple[str, dict[str, Any]]
 ) -> None:
-    from stores.postgres_source import PostgresSourceStore
+    from stores.postgres.source import PostgresSourceStore
 
     dsn, truth = source
     store = PostgresSourceStore(tmp_path / "w", dsn)
@@ -376,7 +376,7 @@ def test_a_named_role_must_be_read_only_and_a_bi_name_is_a_file_line_error(
 ) -> None:
     import psycopg
 
-    from stores.postgres_source import PostgresSourceStore
+    from stores.postgres.source import PostgresSourceStore
 
     dsn, _ = source
     role = f"writer_{secrets.token_hex(3)}"
@@ -409,7 +409,7 @@ def scram_server() -> Iterator[tuple[str, int]]:
     """A private cluster that checks passwords (SCRAM) on 127.0.0.1 and trusts only its own
     socket: (socket folder, port). The shared server trusts 127.0.0.1, so a password sent to
     it proves nothing; this one refuses a wrong or missing password."""
-    from stores.pg_cluster import RUN_AS, find_binary, free_port
+    from stores.postgres.cluster import RUN_AS, find_binary, free_port
 
     try:
         initdb, pg_ctl = find_binary("initdb"), find_binary("pg_ctl")
@@ -514,7 +514,7 @@ KILLED = """
 import os, sys, time
 from pathlib import Path
 from stores.base import DatasetFiles
-from stores.postgres_source import PostgresSourceStore
+from stores.postgres.source import PostgresSourceStore
 
 store = PostgresSourceStore(Path(sys.argv[1]) / "stores" / "pg" / str(os.getpid()), sys.argv[2])
 store.setup_session()
@@ -566,8 +566,8 @@ def test_the_signature_keys_the_content_hash_and_a_rolled_back_write_changes_not
     counters too, but the content hash, recomputed, is the same."""
     import psycopg
 
-    from stores import pg_signature
-    from stores.postgres_source import PostgresSourceStore
+    from stores.postgres import signature as pg_signature
+    from stores.postgres.source import PostgresSourceStore
 
     dsn, _ = source
     store = PostgresSourceStore(tmp_path / "w", dsn)
@@ -598,8 +598,8 @@ def test_probe_views_drop_rows_by_key_keep_foreign_keys_and_need_temporary(
     past them; and a role without TEMPORARY on the database gets a message saying so."""
     import psycopg
 
-    from pytest_backintel.evidence.perturb_views_pg import pg_plan, pg_view_probe
-    from stores.postgres_source import PostgresSourceStore
+    from stores.postgres.perturb_views import pg_plan, pg_view_probe
+    from stores.postgres.source import PostgresSourceStore
 
     dsn, _ = source
     files = DatasetFiles("src", parquet_dir=tmp_path / "none")
@@ -648,8 +648,8 @@ def test_a_content_hash_is_kept_on_disk_for_the_next_process_and_read_again_at_t
     takes the content hash its first store left on disk for the same catalog signature, without
     scanning the tables; a hash left stale under that signature is caught by the end of run's
     uncached hash."""
-    from stores import postgres_source
-    from stores.postgres_source import PostgresSourceStore
+    from stores.postgres import source as postgres_source
+    from stores.postgres.source import PostgresSourceStore
 
     dsn, _ = source
     shared = tmp_path / "shared"
@@ -678,7 +678,7 @@ def test_row_counts_are_shared_per_catalog_signature_and_counted_again_after_a_w
     table); once a write moves the signature the next item counts again."""
     import psycopg
 
-    from stores.postgres_source import PostgresSourceStore
+    from stores.postgres.source import PostgresSourceStore
 
     dsn, _ = source
     store = PostgresSourceStore(tmp_path / "w", dsn)

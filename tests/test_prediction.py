@@ -26,7 +26,8 @@ from pytest_backintel.sandbox.bwrap import BwrapProvider
 from pytest_backintel.sandbox.subprocess_backend import SubprocessProvider
 from pytest_backintel.scenario import PredictionSpec, Scenario
 from pytest_backintel.scoring.prediction import score_prediction
-from scenarios.predict import (
+from scenarios.predict.tasks import TASKS
+from scenarios.predict.world import (
     OlistPredictWorld,
     SplitError,
     Window,
@@ -34,7 +35,6 @@ from scenarios.predict import (
     check_split,
     split_cohorts,
 )
-from scenarios.predict_tasks import TASKS
 from scenarios.references import REFERENCES_DIR
 
 LEVEL8 = DEFINITIONS_DIR / "level8"

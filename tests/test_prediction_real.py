@@ -23,14 +23,14 @@ from pytest_backintel.collect.loading import DEFINITIONS_DIR
 from scenarios.olist.config import OlistConfig
 from scenarios.olist.generator import generate
 from scenarios.olist.real import load_real_olist, record_checksums
-from scenarios.predict import (
+from scenarios.predict.tasks import TASKS
+from scenarios.predict.world import (
     MAX_SCORING,
     OlistPredictRealWorld,
     OlistPredictWorld,
     Window,
     split_cohorts,
 )
-from scenarios.predict_tasks import TASKS
 from scenarios.references import REFERENCES_DIR
 from scenarios.worlds import get_world
 from tests.test_real_olist import write_sample

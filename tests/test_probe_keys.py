@@ -272,7 +272,7 @@ def test_a_table_with_no_usable_key_is_named_in_the_score_records_and_run_json(
     ],
 )
 def test_key_names_in_every_common_form(name: str, expected: bool) -> None:
-    from pytest_backintel.evidence.perturb import id_like
+    from stores.common.view_plan import id_like
 
     assert id_like(name) is expected
 
@@ -282,7 +282,8 @@ def test_a_link_tables_id_like_columns_together_are_its_key() -> None:
     table's composite key) identify a row; without any, the table has no key."""
     import polars as pl
 
-    from pytest_backintel.evidence.perturb import entity_key, key_names
+    from pytest_backintel.evidence.perturb import entity_key
+    from stores.common.view_plan import key_names
 
     link = pl.DataFrame({"PlaylistId": [1, 1, 2, 2], "TrackId": [1, 2, 1, 2], "Pos": [1, 2, 1, 2]})
     assert entity_key(link, key_names("PlaylistTrack", link.columns), None) == [

@@ -70,14 +70,14 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> DatasetFiles:
 
 def _backend(name: str, folder: Path) -> Store:
     if name == "postgres":
-        from stores.postgres import PostgresStore
+        from stores.postgres.store import PostgresStore
 
         return PostgresStore(folder)
     if name == "clickhouse":
-        from stores.clickhouse import ClickHouseStore
+        from stores.clickhouse.store import ClickHouseStore
 
         return ClickHouseStore(folder)
-    from stores.clickhouse_server import ClickHouseServerStore
+    from stores.clickhouse.server import ClickHouseServerStore
 
     return ClickHouseServerStore(folder)
 

@@ -21,7 +21,8 @@ from scenarios.references import (
     load_scenarios,
     references_path,
 )
-from scenarios.replay import (
+from scenarios.replay.oracles import ORACLES
+from scenarios.replay.world import (
     FMT,
     PLANTS,
     SNAPSHOTS,
@@ -32,7 +33,6 @@ from scenarios.replay import (
     plant,
     snapshot_named,
 )
-from scenarios.replay_oracles import ORACLES
 from scenarios.worlds import DATA_DIR_ENV, get_world
 from stores.base import DatasetFiles
 
@@ -72,7 +72,7 @@ def scenarios() -> list[Scenario]:
 
 # -- what a snapshot may show -----------------------------------------------------------------
 def _status_time(o: dict[str, Any]) -> str:
-    """When an order's final status became known (the rule stated in scenarios/replay.py)."""
+    """When an order's final status became known (the rule stated in scenarios/replay/world.py)."""
     status, purchase = o["order_status"], o["order_purchase_timestamp"]
     if status == "delivered":
         return str(o["order_delivered_customer_date"] or o["order_estimated_delivery_date"])

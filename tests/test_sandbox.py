@@ -39,7 +39,7 @@ from pytest_backintel.sandbox.registry import (
 )
 from pytest_backintel.sandbox.subprocess_backend import SubprocessProvider
 from stores.base import DatasetFiles
-from stores.sqlite import SQLiteStore
+from stores.sqlite.store import SQLiteStore
 
 FAST = Limits(
     wall_time_s=5,

@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-TEMPLATES = "_templates"  # stores/_folders.py: the shared templates beside the per-process folders
+# stores/engine/folders.py: the shared templates beside the per-process folders
+TEMPLATES = "_templates"
 
 ROOT = Path(__file__).resolve().parents[1]
 

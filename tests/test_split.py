@@ -11,8 +11,8 @@ import pytest
 from pytest_backintel.evidence.dialects import translate
 from pytest_backintel.tolerance import compare_metric
 from scenarios.references import attach_parts, load_scenarios, references_path
-from scenarios.split import PARTS, SPLIT_STORE, build_split
-from scenarios.split_oracles import ORACLES
+from scenarios.split.oracles import ORACLES
+from scenarios.split.world import PARTS, SPLIT_STORE, build_split
 from scenarios.worlds import content_hash, get_world
 from stores.base import DatasetFiles
 from stores.registry import load_store_class

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stores.base import DatasetFiles, QueryError, QueryRefused
-from stores.sqlite_source import SignedHashes, SQLiteSourceStore
+from stores.sqlite.source import SignedHashes, SQLiteSourceStore
 
 
 def source(tmp_path: Path) -> Path:
@@ -96,8 +96,8 @@ def test_the_probe_of_a_source_is_views_that_a_schema_name_cannot_bypass(tmp_pat
     """The probe's tables are TEMP views over the source: rows and amounts move, the source
     is not read past them (`main.orders` in any spelling is refused), and the file written
     for Python evidence holds exactly what the views show."""
-    from pytest_backintel.evidence.perturb_views import sqlite_plan
-    from stores.sqlite_probe import SQLiteProbeStore, materialise
+    from stores.sqlite.perturb_views import sqlite_plan
+    from stores.sqlite.probe import SQLiteProbeStore, materialise
 
     src = source(tmp_path)
     plans, notes = sqlite_plan(src)
@@ -137,8 +137,8 @@ def test_probe_views_keep_every_foreign_key_pointing_at_a_kept_row(
 ) -> None:
     """Whatever the keys and amounts, no invoice on the probe points at a dropped customer,
     a probe never adds a row, and a table of 4 rows or more has a key, so it can lose rows."""
-    from pytest_backintel.evidence.perturb_views import sqlite_plan
-    from stores.sqlite_probe import SQLiteProbeStore
+    from stores.sqlite.perturb_views import sqlite_plan
+    from stores.sqlite.probe import SQLiteProbeStore
 
     folder = tmp_path_factory.mktemp("probe")
     path = folder / "db.sqlite"

@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stores.base import DatasetFiles
-from stores.sqlite_fingerprint import sqlite_logical_fingerprint, sqlite_source_fingerprint
-from stores.sqlite_policy import connect_read_only
-from stores.sqlite_source import SQLiteSourceStore
-from stores.sqlite_summary import duckdb_row_summaries
+from stores.sqlite.fingerprint import sqlite_logical_fingerprint, sqlite_source_fingerprint
+from stores.sqlite.policy import connect_read_only
+from stores.sqlite.source import SQLiteSourceStore
+from stores.sqlite.summary import duckdb_row_summaries
 
 TYPED = "CREATE TABLE Invoice (InvoiceId INTEGER PRIMARY KEY, Total DECIMAL(10,2), Note TEXT)"
 

@@ -17,8 +17,8 @@ from pytest_backintel.collect.loading import DEFINITIONS_DIR, load_scenario_file
 from pytest_backintel.contract import AnalystAnswer
 from pytest_backintel.evidence.reexecute import reexecute
 from stores.base import DatasetFiles, QueryError, QueryRefused, StoreError
-from stores.clickhouse import ClickHouseStore, ProvisionedClickHouse, clickhouse_type
-from stores.clickhouse_policy import writes_in
+from stores.clickhouse.policy import writes_in
+from stores.clickhouse.store import ClickHouseStore, ProvisionedClickHouse, clickhouse_type
 
 HOSTILE = {
     "file_table": "SELECT * FROM file('/etc/passwd')",

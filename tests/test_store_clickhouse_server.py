@@ -22,8 +22,8 @@ from pytest_backintel.collect.loading import DEFINITIONS_DIR, load_scenario_file
 from pytest_backintel.contract import AnalystAnswer
 from pytest_backintel.evidence.reexecute import reexecute
 from stores.base import DatasetFiles, QueryRefused, StoreError
-from stores.clickhouse_http import ClickHouseHTTPError
-from stores.clickhouse_server import ClickHouseServerStore, ProvisionedServer
+from stores.clickhouse.http import ClickHouseHTTPError
+from stores.clickhouse.server import ClickHouseServerStore, ProvisionedServer
 
 REQUIRED = "clickhouse-server" in os.environ.get("BACKINTEL_REQUIRE", "")
 

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from stores.base import DatasetFiles, QueryRefused, StoreError
-from stores.iceberg_s3 import ICEBERG_DB, NAMESPACE, IcebergS3Store, ProvisionedIcebergS3
-from stores.s3_endpoint import ENDPOINT_ENV, endpoint_from_env
+from stores.iceberg.s3 import ICEBERG_DB, NAMESPACE, IcebergS3Store, ProvisionedIcebergS3
+from stores.iceberg.s3_endpoint import ENDPOINT_ENV, endpoint_from_env
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from stores.fingerprint import (
 )
 from stores.owner import OWNER_FILE
 from stores.registry import load_store_class
-from stores.sqlite import SQLiteProvisionedStore, SQLiteStore, sqlite_logical_fingerprint
+from stores.sqlite.store import SQLiteProvisionedStore, SQLiteStore, sqlite_logical_fingerprint
 
 READ_ONLY = "run_sql is read-only: "
 NOTE = "(writes, DDL, ATTACH, extension loading and state-changing PRAGMAs are refused)"
@@ -546,7 +546,7 @@ def test_a_logical_fingerprint_is_computed_once_per_machine(
     def scan(conn: sqlite3.Connection) -> str:
         raise AssertionError("the tables were scanned again")
 
-    monkeypatch.setattr("stores.sqlite.sqlite_logical_fingerprint", scan)
+    monkeypatch.setattr("stores.sqlite.store.sqlite_logical_fingerprint", scan)
     item = SQLiteStore(tmp_path / "work" / "2").provision(dataset)
     assert item.fingerprint() == expected
     item.teardown()

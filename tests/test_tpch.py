@@ -23,7 +23,7 @@ from scenarios.references import (
     reference_for,
     references_path,
 )
-from scenarios.tpch import TABLES, TpchWorld, duckdb_data_hash, scale_factor
+from scenarios.tpch.world import TABLES, TpchWorld, duckdb_data_hash, scale_factor
 from stores.base import DatasetFiles
 from stores.registry import load_store_class
 
@@ -160,7 +160,7 @@ def test_check_sql_on_a_lake_store_agrees(
     scenario: Any, tiny: DatasetFiles, tmp_path: Path
 ) -> None:
     """The reference analyst's path: check_sql translated to DuckDB on `lake-parquet`."""
-    from scenarios.tpch_oracles import ORACLES
+    from scenarios.tpch.oracles import ORACLES
 
     expected = ORACLES[scenario.oracle_name](tiny.parquet_dir)
     store = load_store_class("lake-parquet")(tmp_path)
@@ -181,7 +181,7 @@ def test_check_sql_on_a_lake_store_agrees(
 def test_a_wrong_oracle_is_caught(tiny: DatasetFiles) -> None:
     """The cross-check rejects an oracle that forgets Q6's quantity filter."""
     from scenarios.references import ReferenceMismatchError
-    from scenarios.tpch_oracles import ORACLES
+    from scenarios.tpch.oracles import ORACLES
 
     class Wrong(TpchWorld):
         @property

@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_backintel.cli.store_table import register as register_stores
 from pytest_backintel.run.cleanup import register as register_clean
 from pytest_backintel.run.merge import register as register_merge
 
@@ -360,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_freeze_check)
     register_clean(sub)
     register_merge(sub)
+    register_stores(sub)
     for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
         command.load()(sub, {"data": data, "references": refs})
     return parser

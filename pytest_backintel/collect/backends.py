@@ -45,7 +45,8 @@ def store_spec(scenario: Scenario, default: str) -> str:
 
 def unmeasurable_on(scenario: Scenario, spec: str) -> str | None:
     """Why the backend `spec` cannot measure `scenario`, said at collection (None: it can).
-    A denied grant needs a store that withholds a read grant (`Store.denies_grants`)."""
+    A denied grant needs a store that declares it withholds a read grant
+    (`capabilities.denies_grants`)."""
     denied = scenario.scope.denied_tables() if scenario.scope is not None else ()
     if not denied:
         return None
@@ -54,18 +55,19 @@ def unmeasurable_on(scenario: Scenario, spec: str) -> str | None:
         store = load_store_class(name)
     except UnknownStoreError:
         return None  # an unknown store is a usage error of its own
-    if store.denies_grants:
+    if store.capabilities.denies_grants:
         return None
     able = ", ".join(s for s in available_stores() if _denies(s))
     return (
-        f"not measured on --store {name}: it cannot withhold a read grant, which this "
+        f"not measured on --store {name}: it cannot withhold a read grant (it declares "
+        f"denies_grants=False), which this "
         f"scenario's denied tables ({', '.join(denied)}) need; stores that can: {able}"
     )
 
 
 def _denies(name: str) -> bool:
     try:
-        return load_store_class(name).denies_grants
+        return load_store_class(name).capabilities.denies_grants
     except Exception:  # a store whose optional dependency is missing cannot be asked
         return False
 

@@ -17,7 +17,7 @@ from pytest_backintel.collect.suites import own_suite
 from pytest_backintel.collect.user_data import check_world
 from pytest_backintel.options import BenchOptions
 from pytest_backintel.scenario import Scenario
-from stores.pg_conn import redact
+from stores.common.dsn import redact
 
 __all__ = [
     "RUNNER_KEY",

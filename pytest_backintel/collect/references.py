@@ -49,7 +49,7 @@ from pytest_backintel.evidence.dialects import translate
 from pytest_backintel.scenario import MetricKind, Scenario
 from pytest_backintel.tolerance import compare_metric
 from stores.base import DatasetFiles, ProvisionedStore
-from stores.pg_conn import redact
+from stores.common.dsn import redact
 
 __all__ = [
     "ReferenceBuildError",

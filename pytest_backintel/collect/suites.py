@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from stores.pg_conn import redact
+from stores.common.dsn import redact
 
 __all__ = [
     "SHARED",

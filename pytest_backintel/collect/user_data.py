@@ -3,10 +3,10 @@ existing PostgreSQL or ClickHouse database, bound in a scenario file
 (`dataset: {sqlite: shop.sqlite}`).
 
 Nothing is converted: each item gets the source as it is under an opaque name of its own (a
-SQLite file in place, through a per-item link, `stores.sqlite_source`; a DuckDB file, Parquet or
-CSV folder in place through per-item links, `stores.duckdb_source`; a PostgreSQL database in
-place, through a SELECT-only role, `stores.postgres_source`; a ClickHouse database in place,
-through a per-item database of views read with `readonly=1`, `stores.clickhouse_source`),
+SQLite file in place, through a per-item link, `stores.sqlite.source`; a DuckDB file, Parquet or
+CSV folder in place through per-item links, `stores.duckdb.source`; a PostgreSQL database in
+place, through a SELECT-only role, `stores.postgres.source`; a ClickHouse database in place,
+through a per-item database of views read with `readonly=1`, `stores.clickhouse.source`),
 read-only for the analyst and
 fingerprinted before and after like every store. A DSN's password never reaches an error, a
 record or a folder name. A binding runs on its native backend; `--store` may pick another
@@ -29,7 +29,7 @@ from pytest_backintel.collect.loading import ScenarioFileError, locate
 from pytest_backintel.collect.worlds import UnknownWorldError, World, get_world, get_world_entry
 from pytest_backintel.scenario import DSN_KINDS, DatasetBinding, Scenario
 from stores.base import DatasetFiles, Store, StoreError
-from stores.pg_conn import redact
+from stores.common.dsn import redact
 
 __all__ = [
     "DEFAULT_STORE",
@@ -95,9 +95,9 @@ def resolve_dsn(raw: str, kind: str = "postgres") -> str:
         shown = redact(raw, raw)
         raise StoreError(f"{kind}: {shown!r} is not a {form} DSN")
     if kind == "clickhouse":
-        from stores.ch_dsn import ClickHouseDsn
+        from stores.registry import load_source_class
 
-        ClickHouseDsn.parse(raw)  # its database and parameters, said at collection
+        load_source_class(kind).check_location(raw)  # its database and parameters, said now
     return raw
 
 
@@ -217,24 +217,20 @@ class UserSource:
         """The backend `spec` set up to serve this source (see `LOSSLESS`)."""
         if problem := binding_problem(self.binding, spec):
             raise StoreError(problem)
-        if self.kind == "postgres":
-            from stores.postgres_source import PostgresSourceStore
+        in_place = (
+            self.kind in ("postgres", "clickhouse", "duckdb", "csv")
+            or (self.kind, spec) == ("parquet", "lake-parquet")
+            or (self.kind, spec) == ("sqlite", "sqlite")  # used in place: no copy per item
+        )
+        if in_place:
+            from stores.registry import load_source_class
 
-            return PostgresSourceStore(
-                workdir, self._location(), self.binding.role, cache_dir=self._cache_dir(spec)
+            return load_source_class(self.kind).for_source(
+                workdir,
+                self._location(),
+                role=self.binding.role,
+                cache_dir=self._cache_dir(spec),
             )
-        if self.kind == "clickhouse":
-            from stores.clickhouse_source import ClickHouseSourceStore
-
-            return ClickHouseSourceStore(workdir, self._location())
-        if self.kind in ("duckdb", "csv") or (self.kind, spec) == ("parquet", "lake-parquet"):
-            from stores.duckdb_source import SOURCE_STORES  # used in place: no copy per item
-
-            return SOURCE_STORES[self.kind](workdir, cache_dir=self._cache_dir(spec))
-        if self.kind == "sqlite" and spec == "sqlite":  # used in place: no copy per item
-            from stores.sqlite_source import SQLiteSourceStore
-
-            return SQLiteSourceStore(workdir, cache_dir=self._cache_dir(spec))
         from stores.registry import load_store_class
 
         return load_store_class(spec)(workdir)
@@ -255,27 +251,20 @@ class UserSource:
             return self._hash[1]
         import tempfile
 
-        if self.kind == "postgres":  # read in place as the DSN's user: no role, no copy
-            from stores.postgres_source import PostgresSourceStore
+        if self.kind in DSN_KINDS:  # read in place as the DSN's user: no role, no copy
+            from stores.registry import load_source_class
 
             with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
-                source = PostgresSourceStore(
+                source = load_source_class(self.kind).for_source(
                     Path(tmp),
                     self._location(),
-                    self.binding.role,
-                    cache_dir=self._cache_dir("postgres"),
+                    role=self.binding.role,
+                    cache_dir=self._cache_dir(self.kind),
                 )
                 try:
                     return source.source_fingerprint().logical
                 finally:
                     source.teardown_session()
-        if self.kind == "clickhouse":  # read in place as the DSN's user: no database made
-            from stores.clickhouse_source import ClickHouseSourceStore
-
-            with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
-                ch = ClickHouseSourceStore(Path(tmp), self._location())
-                return ch.source_fingerprint().logical
-
         with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
             store = self.make_store(NATIVE[self.kind], Path(tmp))
             store.setup_session()

@@ -26,17 +26,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from filelock import FileLock
-
 from stores.base import DatasetFiles
-from stores.schema_keys import DeclaredKeys, ForeignKey
-from stores.sqlite_build import build_from_parquet
+from stores.common.schema_keys import DeclaredKeys, ForeignKey
+from stores.common.sqlite_file import build_from_parquet
+from stores.common.view_plan import (
+    DONE_FILE,
+    MIN_ROWS,
+    PERTURB_VERSION,
+    build_once,
+    id_like,
+    key_names,
+    write_done,
+)
 
 if TYPE_CHECKING:  # polars is imported where a copy is built, not where a built one is found
     import polars as pl
@@ -56,28 +60,9 @@ __all__ = [
     "write_done",
 ]
 
-PERTURB_VERSION = 5
-"""Bumped whenever the transformation changes, so old copies are never reused."""
 SQLITE_FILE = "perturbed.sqlite"
 """The copy as one SQLite database, beside its Parquet files."""
-MIN_ROWS = 4
 DROP_ONE_IN = 4
-DONE_FILE = "perturbed.json"
-
-
-def key_names(table: str, columns: list[str]) -> dict[str, str]:
-    """Column -> key name, lower-cased, with a short table-wide prefix removed
-    (`l_orderkey` -> `orderkey`, `CustomerId` -> `customerid`)."""
-    prefixes = {c.split("_", 1)[0] for c in columns if "_" in c}
-    if len(prefixes) == 1 and len(next(iter(prefixes))) <= 2 and all("_" in c for c in columns):
-        return {c: c.split("_", 1)[1].lower() for c in columns}
-    return {c: c.lower() for c in columns}
-
-
-def id_like(name: str) -> bool:
-    """A key by naming convention: `id`, `*_id`, `*Id`, `*ID`, `*key`, `*_key`, `*Key`."""
-    low = name.lower()
-    return low == "id" or low.endswith(("_id", "key")) or name.endswith(("Id", "ID"))
 
 
 def _dropped(values: pl.Series, salt: int) -> pl.Series:
@@ -293,12 +278,6 @@ def _build(files: DatasetFiles, folder: Path, salt: int) -> None:
     write_done(folder, str(files.parquet_dir), salt, notes)
 
 
-def write_done(folder: Path, source: str, salt: int, notes: list[str]) -> None:
-    """Mark a built copy complete, with the tables it could not perturb (`notes_of`)."""
-    done = {"source": source, "salt": salt, "notes": notes}
-    (folder / DONE_FILE).write_text(json.dumps(done))
-
-
 def notes_of(copy: DatasetFiles) -> list[str]:
     """The tables a built copy (`perturb_dataset`, `perturb_source`) keeps whole, with why."""
     try:
@@ -342,26 +321,6 @@ def source_form(files: DatasetFiles) -> str | None:
     if files.parquet_dir.is_dir() and any(files.parquet_dir.glob("*.parquet")):
         return "parquet"
     return None
-
-
-def build_once(cache_dir: Path, final: Path, build: Callable[[Path], None]) -> None:
-    """Build the folder `final` under `cache_dir` once (xdist-safe): `build` fills a temporary
-    folder, which must end up holding `DONE_FILE`, renamed into place under a file lock."""
-    if (final / DONE_FILE).is_file():
-        return
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final) + ".lock"):
-        if not (final / DONE_FILE).is_file():
-            if final.exists():
-                shutil.rmtree(final)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=cache_dir))
-            tmp.chmod(0o755)
-            try:
-                build(tmp)
-                tmp.rename(final)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
 
 
 def perturb_dataset(files: DatasetFiles, cache_dir: Path, salt: int = 1) -> DatasetFiles:

@@ -1,8 +1,9 @@
 """Perturbed copies of a user's own SQLite file in its own form, so evidence over data of your
 own must follow the data like evidence over a built world. A source served in place is probed
-through views instead, with no copy (`perturb_views`: SQLite; `perturb_views_duckdb`: DuckDB
-files, Parquet and CSV folders; `perturb_views_pg`: PostgreSQL); this module's copies remain
-for a SQLite file served by the copying `sqlite` backend (`--store` on a built world's file).
+through views instead, with no copy (its store's `view_probe_kind`: `stores/<backend>/
+perturb_views.py` for SQLite, DuckDB files, Parquet and CSV folders, PostgreSQL, ClickHouse);
+this module's copies remain for a SQLite file served by the copying `sqlite` backend
+(`--store` on a built world's file).
 
 The rows to drop and the values to scale are chosen by `perturb.perturb_tables` (the same
 transformation as for Parquet datasets); what differs is only how tables are read and written:
@@ -23,16 +24,10 @@ from pathlib import Path
 
 import polars as pl
 
-from pytest_backintel.evidence.perturb import (
-    FILE_FORMS,
-    PERTURB_VERSION,
-    build_once,
-    perturb_tables,
-    source_form,
-    write_done,
-)
+from pytest_backintel.evidence.perturb import FILE_FORMS, perturb_tables, source_form
 from stores.base import DatasetFiles
-from stores.schema_keys import DeclaredKeys, sqlite_declared_keys
+from stores.common.schema_keys import DeclaredKeys, sqlite_declared_keys
+from stores.common.view_plan import PERTURB_VERSION, build_once, write_done
 
 __all__ = ["FILE_FORMS", "perturb_source", "source_form"]
 

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pytest_backintel.contract import AnalystAnswer
-from pytest_backintel.evidence.perturb import DONE_FILE, build_once
 from pytest_backintel.evidence.predictions_table import prediction_rows
 from pytest_backintel.evidence.reexecute import EvidenceResult
 from pytest_backintel.scenario import PredictionSpec, Scenario
+from stores.common.view_plan import DONE_FILE, build_once
 
 STORE_FILE = "permuted.sqlite"
 Check = Literal["labels", "features"]

@@ -26,7 +26,7 @@ from stores.base import (
     StoreError,
     StoreSession,
 )
-from stores.once import OnceMap
+from stores.common.once import OnceMap
 
 if TYPE_CHECKING:
     from pytest_backintel.evidence.query_channel import SessionSource
@@ -147,7 +147,7 @@ class Probes:
     ) -> list[DataProbe]:
         """The probes of `files` on `backend`: a Parquet dataset, or a user's SQLite, DuckDB,
         CSV or PostgreSQL source (`data_hash` names its perturbed copies; a SQLite or
-        PostgreSQL source's probes are views over it, `perturb_views`)."""
+        PostgreSQL source's probes are views over it, `Store.view_probe_kind`)."""
         key = (spec, str(files.parquet_dir))
         return self._probes.get(key, lambda: self._build(backend, files, python, data_hash))
 
@@ -221,20 +221,11 @@ class Probes:
         return probes
 
     def _view_plan(self, backend: Store, files: DatasetFiles, form: str | None) -> Any:
-        """(kind, plans, notes) when `backend` serves the probe as views over the source
-        (`perturb_views.view_probe_kind`), else None."""
-        from pytest_backintel.evidence.perturb_views import view_probe_kind
-        from pytest_backintel.evidence.perturb_views_duckdb import duckdb_view_probe_kind
-
-        kind = view_probe_kind(backend, form) or duckdb_view_probe_kind(backend, form)
-        if kind is None and form is None:  # a PostgreSQL database used in place
-            from pytest_backintel.evidence.perturb_views_pg import pg_view_probe_kind
-
-            kind = pg_view_probe_kind(backend)
-        if kind is None and form is None:  # a ClickHouse database used in place
-            from pytest_backintel.evidence.perturb_views_ch import ch_view_probe_kind
-
-            kind = ch_view_probe_kind(backend)
+        """(kind, plans, notes) when `backend` declares its probes served as views over the
+        source (`capabilities.perturbation`, `Store.view_probe_kind`), else None."""
+        if backend.capabilities.perturbation != "views":
+            return None
+        kind = backend.view_probe_kind(form)
         if kind is None:
             return None
         try:

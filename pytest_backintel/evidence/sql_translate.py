@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlglot
 from sqlglot import exp
 
-from pytest_backintel.evidence import dialect_clickhouse
+from stores.registry import load_dialect_rewrite
 
 __all__ = ["translate_from_sqlite"]
 
@@ -84,6 +84,7 @@ def translate_from_sqlite(sql: str, dialect: str) -> str:
     tree = tree.transform(_truth_values)
     if dialect == "postgres":
         tree = _alias_subqueries(tree.transform(_round_numeric))
-    if dialect == "clickhouse":
-        tree = dialect_clickhouse.rewrite(tree)
+    rewrite = load_dialect_rewrite(dialect)  # the backend's own (ClickHouse's scalar subqueries)
+    if rewrite is not None:
+        tree = rewrite(tree)
     return tree.sql(dialect=dialect)

@@ -4,7 +4,8 @@ Every artefact names its owner: store and sandbox folders carry `stores.owner.OW
 (and sit under a folder named by the owner's pid: `<data>/stores/<spec>/<pid>/`,
 `<data>/sandbox/<pid>/`), pids cgroups are named `<pid>-<token>`, PostgreSQL databases and
 roles carry the owner as a comment, and the `bi_` databases made on a ClickHouse source's
-server are listed in the store folder that made them (`stores.ch_dsn.SOURCE_FILE`). Only
+server are listed in the store folder that made them (each backend sweeps its own server:
+`stores.registry.load_sweepers`). Only
 artefacts whose owner is gone are removed (another host's are never judged), so live
 sessions of other users on the same machine keep theirs. Runs at every session start
 (controller) and on demand as `backintel clean`.
@@ -87,67 +88,51 @@ def stale_folders(data_dir: Path) -> list[Path]:
 
 
 def _postgres(report: CleanReport, dry_run: bool) -> None:
-    from stores.pg_config import DEFAULT_DSN, INITDB
-    from stores.pg_sweep import sweep_stale
+    """Each backend's sweep of its default server (PostgreSQL's: databases and roles)."""
+    from stores.registry import load_sweepers
 
-    dsn = os.environ.get("BACKINTEL_PG_DSN", DEFAULT_DSN).strip() or DEFAULT_DSN
-    if dsn == INITDB or dry_run:
-        return
-    try:
-        report.databases += sweep_stale(dsn)
-    except Exception as exc:  # no server, no psycopg: nothing of ours can be there to drop
-        from stores.pg_conn import redact
+    for sweeper in load_sweepers().values():
+        try:
+            report.databases += sweeper.sweep_server(dry_run)
+        except Exception as exc:  # no server, no driver: nothing of ours can be there to drop
+            from stores.common.dsn import redact
 
-        report.skipped.append(redact(f"postgres at {dsn}: {str(exc).strip()[:160]}", dsn))
+            report.skipped.append(redact(str(exc).strip()[:200]))
 
 
-def _postgres_source(report: CleanReport, marker: Path, dry_run: bool) -> None:
-    """Sweep the server of a PostgreSQL source a gone process served (roles it made)."""
-    import json
+def _source_servers(report: CleanReport, folder: Path, dry_run: bool) -> bool:
+    """Sweep the server of a source of your own a gone process served from `folder` (the
+    roles or databases it made there); whether `folder` served one."""
+    from stores.registry import load_sweepers
 
-    from stores.pg_sweep import sweep_stale
+    served = False
+    for name, sweeper in load_sweepers().items():
+        try:
+            dropped = sweeper.sweep_folder(folder, dry_run)
+        except Exception as exc:  # unreachable server, wrong password: said, never fatal
+            from stores.common.dsn import redact
 
-    try:
-        dsn = str(json.loads(marker.read_text())["dsn"])
-        if not dry_run:
-            report.databases += sweep_stale(dsn)
-    except Exception as exc:  # unreachable server, no password: said, never fatal
-        from stores.pg_conn import redact
-
-        why = redact(str(exc).strip()[:160])
-        report.skipped.append(f"postgres source in {marker.parent}: {why}")
-
-
-def _clickhouse_source(report: CleanReport, marker: Path, dry_run: bool) -> None:
-    """Drop the per-item databases a gone process made on a ClickHouse source's server."""
-    from stores.ch_dsn import sweep_file
-
-    try:
-        if not dry_run:
-            report.databases += sweep_file(marker)
-    except Exception as exc:  # unreachable server, wrong password: said, never fatal
-        from stores.pg_conn import redact
-
-        why = redact(str(exc).strip()[:160])
-        report.skipped.append(f"clickhouse source in {marker.parent}: {why}")
+            report.skipped.append(f"{name} source in {folder}: {redact(str(exc).strip()[:160])}")
+            served = True
+            continue
+        if dropped is not None:
+            report.databases += dropped
+            served = True
+    return served
 
 
 def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True) -> CleanReport:
     """Remove every artefact of a gone owner (see the module docstring)."""
     from pytest_backintel.sandbox.cgroup import RunCgroup
-    from stores.ch_dsn import SOURCE_FILE as CH_SOURCE_FILE  # pyarrow: only when cleaning
-    from stores.pg_sweep import SOURCE_FILE
+    from stores.registry import load_sweepers
 
     report = CleanReport()
+    sweepers = list(load_sweepers().values())
     for folder in stale_folders(data_dir):
-        if (folder / SOURCE_FILE).is_file():  # a PostgreSQL source of your own: its server
-            if not postgres:
-                continue  # kept for `backintel clean`, which sweeps that server first
-            _postgres_source(report, folder / SOURCE_FILE, dry_run)
-        if (folder / CH_SOURCE_FILE).is_file():  # a ClickHouse source: its server, first
-            if not postgres:
-                continue
-            _clickhouse_source(report, folder / CH_SOURCE_FILE, dry_run)
+        if not postgres and any((folder / s.SOURCE_FILE).is_file() for s in sweepers):
+            continue  # a source's server: kept for `backintel clean`, which sweeps it first
+        if postgres:
+            _source_servers(report, folder, dry_run)
         if not dry_run:
             remove_folder(folder)
         report.folders.append(folder)

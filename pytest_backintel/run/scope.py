@@ -13,40 +13,13 @@ scenario's declared scope (`scope.forbidden`).
 
 from __future__ import annotations
 
-import sqlite3
-from typing import Any
-
 from pytest_backintel.analyst_api import AnalystRun
 from pytest_backintel.contract import AnalystAnswer
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring.boundaries import Access, out_of_scope
 from stores.base import ProvisionedStore, QueryError, StoreError
 
-__all__ = ["observed_reads", "sqlite_columns_read"]
-
-
-def sqlite_columns_read(store: ProvisionedStore, sql: str) -> dict[str, set[str]] | None:
-    """Table -> columns SQLite's authorizer sees read while preparing `sql` on the item's
-    file (read-only, never run); None when the store is not a SQLite file or cannot say."""
-    path = store.mount_path
-    if store.backend != "sqlite" or path is None or not path.is_file():
-        return None
-    read: dict[str, set[str]] = {}
-
-    def record(action: int, table: str | None, column: str | None, *_: Any) -> int:
-        if action == sqlite3.SQLITE_READ and table and not table.startswith("sqlite_"):
-            read.setdefault(table, set()).add(column or "")
-        return sqlite3.SQLITE_OK
-
-    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
-    try:
-        conn.set_authorizer(record)
-        conn.execute(f"EXPLAIN {sql.strip().rstrip(';')}").close()
-    except sqlite3.Error:
-        return None
-    finally:
-        conn.close()
-    return read
+__all__ = ["observed_reads"]
 
 
 def _sql_reads(
@@ -61,7 +34,7 @@ def _sql_reads(
         return [], f"{tool} #{call + 1}: could not plan the statement again: {exc}"
     if tables is None:
         return [], f"{tool} #{call + 1}: the {store.backend} backend cannot name what it reads"
-    columns = sqlite_columns_read(store, sql)
+    columns = store.columns_read(sql)  # SQLite files say; other engines do not (None)
     note = None
     if columns is None and scenario.scope and scenario.scope.forbidden_columns():
         note = f"{tool} #{call + 1}: columns read are not observable on {store.backend}"

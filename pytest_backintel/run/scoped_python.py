@@ -214,13 +214,13 @@ def provider_dir(provider: SandboxProvider) -> Path:
 
 def item_files(files: DatasetFiles, scope: ScopeSpec | None, store: Store) -> DatasetFiles:
     """The files an item is provisioned from: with the scope's denied grants, which only a
-    backend that can withhold a grant (`Store.denies_grants`) provisions."""
+    backend that declares it can withhold a grant (`capabilities.denies_grants`) provisions."""
     denied = scope.denied_tables() if scope is not None else ()
     if not denied:
         return files
-    if not store.denies_grants:
+    if not store.capabilities.denies_grants:
         raise StoreError(
-            f"the {store.name} backend cannot withhold a read grant (denied: "
+            f"the {store.name} backend cannot withhold a read grant (denies_grants; denied: "
             f"{', '.join(denied)}); run this scenario with --store sqlite or --store postgres"
         )
     return replace(files, denied=denied)

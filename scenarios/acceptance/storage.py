@@ -10,14 +10,12 @@ import tempfile
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
-from urllib.parse import quote
 
 import polars as pl
 
 from scenarios.acceptance.model import Table, Value
 from stores.base import Fingerprint
-from stores.fingerprint import file_sha256
-from stores.sqlite import sqlite_logical_fingerprint
+from stores.registry import load_store_class
 
 __all__ = ["PAGE_SIZE", "fingerprint", "write_parquet", "write_sqlite"]
 
@@ -79,9 +77,4 @@ def write_parquet(tables: Sequence[Table], folder: Path) -> None:
 
 def fingerprint(db: Path) -> Fingerprint:
     """Logical (tables, schemas, rows) and physical (file bytes) sha256 of a SQLite file."""
-    conn = sqlite3.connect(f"file:{quote(str(db.resolve()))}?mode=ro", uri=True)
-    try:
-        logical = sqlite_logical_fingerprint(conn)
-    finally:
-        conn.close()
-    return Fingerprint(logical=logical, physical=file_sha256(db))
+    return load_store_class("sqlite").fingerprint_file(db)

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 from test_bench_size import BIN, ROW_BYTES, SCENARIO, SQL, WARM, overhead, sizes_mb, timed
 
-from stores.clickhouse_http import HttpClient
+from stores.clickhouse.http import HttpClient
 
 pytestmark = pytest.mark.benchmark
 STORE_ITEMS = 10
@@ -117,7 +117,7 @@ def store_cost(dsn: str, workdir: Path) -> dict[str, float]:
     """Provision an item, fingerprint it before and after, tear it down, in process (median
     of `STORE_ITEMS`, the first item aside: it hashes the source)."""
     from stores.base import DatasetFiles
-    from stores.clickhouse_source import ClickHouseSourceStore
+    from stores.clickhouse.source import ClickHouseSourceStore
 
     store = ClickHouseSourceStore(workdir, dsn)
     store.setup_session()

@@ -10,7 +10,7 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from stores.base import DatasetFiles
-from stores.sqlite import SQLiteStore
+from stores.sqlite.store import SQLiteStore
 
 pytestmark = pytest.mark.benchmark
 

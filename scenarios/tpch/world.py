@@ -1,0 +1,206 @@
+"""TPC-H at a chosen scale factor, generated offline with DuckDB's `tpch` extension.
+
+Snapshots are scale factors: `sf0.01`, `sf1`, `sf10`, ... (`sf<number>`); `base` means
+`sf$BACKINTEL_TPCH_SF` (default `1`), resolved by `TpchWorld.resolve_snapshot` before building
+and before looking up references (`scenarios/references/tpch-sf<sf>.json`).
+
+A build writes, under `<data dir>/worlds/tpch-sf<sf>/` and a file lock (like every world):
+`parquet/<table>.parquet` (the canonical form: TPC-H's own types, DECIMAL(15,2) money and DATE
+dates, rows in primary-key order), `tpch.sqlite` (the same tables through DuckDB's sqlite
+writer: money as REAL, dates as 'YYYY-MM-DD' text, unique indexes on the primary keys) and
+`world.json` last. The data hash is a logical one computed by DuckDB (per table: name, column
+types, row count and the sum of row hashes), since hashing millions of rows in Python would take
+minutes at SF1. The extensions load from their wheels; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar
+
+import duckdb
+import polars as pl
+
+from scenarios.references import ReferencedWorld
+from scenarios.world_base import COMPLETE_MARKER, Oracle
+from stores.base import DatasetFiles
+from stores.engine.extensions import load_extensions
+
+__all__ = ["SF_ENV", "TABLES", "TpchWorld", "duckdb_data_hash", "scale_factor"]
+
+SF_ENV = "BACKINTEL_TPCH_SF"
+DEFAULT_SF = "1"
+_SNAPSHOT = re.compile(r"^sf(\d+(?:\.\d+)?)$")
+TABLES: dict[str, tuple[str, ...]] = {
+    "region": ("r_regionkey",),
+    "nation": ("n_nationkey",),
+    "supplier": ("s_suppkey",),
+    "customer": ("c_custkey",),
+    "part": ("p_partkey",),
+    "partsupp": ("ps_partkey", "ps_suppkey"),
+    "orders": ("o_orderkey",),
+    "lineitem": ("l_orderkey", "l_linenumber"),
+}
+"""Table -> primary key (also the row order of the canonical Parquet)."""
+
+
+def scale_factor(snapshot: str) -> str:
+    """The scale factor of a snapshot (`sf0.01` -> `0.01`; `base` -> $BACKINTEL_TPCH_SF or 1)."""
+    if snapshot == "base":
+        raw = os.environ.get(SF_ENV, "").strip() or DEFAULT_SF
+        snapshot = f"sf{raw.removeprefix('sf')}"
+    match = _SNAPSHOT.match(snapshot)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(
+            f"TPC-H snapshot {snapshot!r} is not a scale factor; write sf<number> such as "
+            f"sf0.01, sf1 or sf10 (or set {SF_ENV} to a number for `base`)"
+        )
+    return match.group(1)
+
+
+DBGEN_STEPS = 4
+"""A build generates TPC-H in this many parts (dbgen's `children`/`step`: the same rows)."""
+BUILD_MEMORY = "300MB"
+"""DuckDB's memory limit while building into a file: what does not fit is spilled to disk, so
+SF1 builds in about 650 MB of resident memory (3 GB in memory alone)."""
+
+
+def _connect(database: Path | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB, or one building into `database` (spilling next to it)."""
+    conn = duckdb.connect(
+        str(database) if database is not None else ":memory:",
+        config={"autoload_known_extensions": "false", "autoinstall_known_extensions": "false"},
+    )
+    load_extensions(conn, ["tpch", "sqlite_scanner"])
+    if database is not None:
+        conn.execute(f"SET memory_limit = '{BUILD_MEMORY}'")
+        conn.execute(f"SET temp_directory = '{database.parent / 'spill'}'")
+        conn.execute("SET preserve_insertion_order = false")  # every copy is ORDER BY its key
+    return conn
+
+
+def _sqlite_columns(conn: duckdb.DuckDBPyConnection, table: str) -> str:
+    """The select list for the SQLite copy: DECIMAL as DOUBLE (SQLite would keep it as text)."""
+    cols = conn.execute(f"DESCRIBE {table}").fetchall()
+    return ", ".join(
+        f"CAST({c[0]} AS DOUBLE) AS {c[0]}" if str(c[1]).startswith("DECIMAL") else str(c[0])
+        for c in cols
+    )
+
+
+def _index_sqlite(path: Path) -> None:
+    """Unique indexes on the primary keys (and orders by customer), so SQLite check queries
+    join by index instead of building automatic indexes over millions of rows each time."""
+    con = sqlite3.connect(path)
+    try:
+        for table, key in TABLES.items():
+            con.execute(f"CREATE UNIQUE INDEX {table}_pk ON {table} ({', '.join(key)})")
+        con.execute("CREATE INDEX orders_custkey ON orders (o_custkey)")
+        con.commit()
+    finally:
+        con.close()
+
+
+def duckdb_data_hash(parquet_dir: Path) -> str:
+    """sha256 over each table's name, column names and types, row count and the sum of DuckDB
+    row hashes (order-independent; stable for the pinned DuckDB version)."""
+    digest = hashlib.sha256()
+    conn = duckdb.connect(config={"autoload_known_extensions": "false"})
+    try:
+        for path in sorted(parquet_dir.glob("*.parquet")):
+            src = f"read_parquet('{path.resolve()}')"
+            cols = conn.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()
+            row = conn.execute(f"SELECT count(*), sum(hash(t)::HUGEINT) FROM {src} t").fetchone()
+            digest.update(json.dumps([path.stem, [c[:2] for c in cols], str(row)]).encode())
+    finally:
+        conn.close()
+    return digest.hexdigest()
+
+
+class TpchWorld(ReferencedWorld):
+    """The eight TPC-H tables from `dbgen` at the snapshot's scale factor."""
+
+    name = "tpch"
+    primary_keys: ClassVar[Mapping[str, tuple[str, ...]]] = TABLES
+
+    @property
+    def config(self) -> dict[str, int]:
+        return {"generator": 1}
+
+    def _check_snapshot(self, snapshot: str) -> None:
+        scale_factor(snapshot)
+
+    def resolve_snapshot(self, snapshot: str) -> str:
+        """`sf<sf>`: `base` becomes `sf$BACKINTEL_TPCH_SF` (default `sf1`), so builds and
+        references (`tpch-sf1.json`, `tpch-sf0.01.json`) follow the variable."""
+        return f"sf{scale_factor(snapshot)}"
+
+    def build_dir(self, data_dir: Path, snapshot: str = "base") -> Path:
+        return data_dir / "worlds" / f"tpch-sf{scale_factor(snapshot)}"
+
+    def generate(self, snapshot: str) -> dict[str, pl.DataFrame]:
+        """The tables as polars frames (small scale factors only: everything is in memory)."""
+        conn = _connect()
+        try:
+            conn.execute(f"CALL dbgen(sf={scale_factor(snapshot)})")
+            return {t: conn.execute(f"SELECT * FROM {t}").pl() for t in TABLES}
+        finally:
+            conn.close()
+
+    def _build_into(self, folder: Path, snapshot: str) -> None:
+        sf = scale_factor(snapshot)
+        parquet = folder / "parquet"
+        parquet.mkdir()
+        sqlite_path = folder / f"{self.name}.sqlite"
+        conn = _connect(folder / "build.duckdb")
+        try:
+            for step in range(DBGEN_STEPS):  # a part of every table at a time: bounded memory
+                conn.execute(f"CALL dbgen(sf={sf}, children={DBGEN_STEPS}, step={step})")
+            conn.execute(f"ATTACH '{sqlite_path}' AS lite (TYPE sqlite)")
+            counts: dict[str, int] = {}
+            for table, key in TABLES.items():
+                order = ", ".join(key)
+                conn.execute(
+                    f"COPY (SELECT * FROM {table} ORDER BY {order}) TO "
+                    f"'{parquet / table}.parquet' (FORMAT parquet)"
+                )
+                conn.execute(
+                    f"CREATE TABLE lite.{table} AS SELECT {_sqlite_columns(conn, table)} "
+                    f"FROM {table} ORDER BY {order}"
+                )
+                row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+                counts[table] = int(row[0]) if row else 0
+                conn.execute(f"DROP TABLE {table}")
+            conn.execute("DETACH lite")
+        finally:
+            conn.close()
+            for scratch in folder.glob("build.duckdb*"):
+                scratch.unlink()
+            shutil.rmtree(folder / "spill", ignore_errors=True)
+        _index_sqlite(sqlite_path)
+        manifest = {
+            "world": self.name,
+            "snapshot": f"sf{sf}",
+            "scale_factor": sf,
+            "config": self.config,
+            "duckdb": duckdb.__version__,
+            "data_hash": duckdb_data_hash(parquet),
+            "tables": counts,
+        }
+        (folder / COMPLETE_MARKER).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+
+    def data_hash(self, files: DatasetFiles) -> str:
+        return duckdb_data_hash(files.parquet_dir)
+
+    @property
+    def oracles(self) -> Mapping[str, Oracle]:
+        from scenarios.tpch.oracles import ORACLES
+
+        return ORACLES

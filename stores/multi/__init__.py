@@ -1,0 +1,1 @@
+"""Multi: several stores attached to one DuckDB session under aliases."""
