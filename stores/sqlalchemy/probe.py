@@ -1,0 +1,87 @@
+"""Data probes of a SQLAlchemy item: every table served perturbed, as views.
+
+MariaDB has no temporary views (and an analyst's connection could not see another session's),
+so a probe is a database `<item id>_p<salt>` of views over the item's source, made by the
+admin, that the item's user may SELECT and nothing more. Each view keeps every row, repeats
+the rows of one hash bucket (by `salt`) and the first row once more, so every non-empty table
+moves: counts, sums and averages over it change.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from stores.base import Fingerprint, ProvisionedStore, StoreError, StoreSession
+from stores.owner import Owner
+
+if TYPE_CHECKING:
+    from stores.sqlalchemy.store import SQLAlchemyItem
+
+__all__ = ["SQLAlchemyProbe", "make_probe"]
+
+BUCKETS = 3
+
+
+def make_probe(item: SQLAlchemyItem, salt: int) -> SQLAlchemyProbe:
+    admin = item.store.admin
+    name = f"{item.store_id}_p{salt}"
+    q = admin.quote
+    try:
+        admin.create_database(name, Owner.current(), "probe")
+        with admin.engine.connect() as conn:
+            columns = conn.execute(
+                sa.text(
+                    "SELECT table_name, column_name FROM information_schema.columns "
+                    "WHERE table_schema = :db ORDER BY table_name, ordinal_position"
+                ),
+                {"db": item.database},
+            ).all()
+        by_table: dict[str, list[str]] = {}
+        for table, column in columns:
+            by_table.setdefault(str(table), []).append(q(str(column)))
+        statements = []
+        for table, cols in sorted(by_table.items()):
+            source = f"{q(item.database)}.{q(table)}"
+            listed = ", ".join(cols)
+            bucket = f"MOD(CRC32(CONCAT_WS('|', {listed})) + {salt}, {BUCKETS}) = 0"
+            statements.append(
+                f"CREATE SQL SECURITY DEFINER VIEW {q(name)}.{q(table)} AS "
+                f"SELECT {listed} FROM {source} "
+                f"UNION ALL SELECT {listed} FROM {source} WHERE {bucket} "
+                f"UNION ALL (SELECT {listed} FROM {source} ORDER BY {listed} LIMIT 1)"
+            )
+        admin.run(*statements)
+        if item.store.role is None:
+            admin.grant_select(item.store_id, name)
+    except sa.exc.SQLAlchemyError as exc:
+        admin.drop(None, [name])
+        raise StoreError(f"could not build the probe of {item.display_id}: {exc}") from None
+    reader = item.reader.set(database=name)
+    return SQLAlchemyProbe(item, name, reader)
+
+
+class SQLAlchemyProbe(ProvisionedStore):
+    """The perturbed views of one item, read as the item's user; never fingerprinted."""
+
+    backend = "sqlalchemy"
+
+    def __init__(self, item: SQLAlchemyItem, store_id: str, reader: sa.URL) -> None:
+        self.item = item
+        self.store_id = store_id
+        self._engine = sa.create_engine(reader, poolclass=sa.pool.NullPool)
+
+    def connect(self) -> StoreSession:
+        from stores.sqlalchemy.session import SQLAlchemySession
+
+        return SQLAlchemySession(self._engine, self.item.store.statement_timeout_s, "mysql")
+
+    def fingerprint(self) -> Fingerprint:
+        raise StoreError("a data probe is read through views and is not fingerprinted")
+
+    def teardown(self) -> None:
+        self._engine.dispose()
+        self.item.store.admin.run(
+            f"DROP DATABASE IF EXISTS {self.item.store.admin.quote(self.store_id)}"
+        )
