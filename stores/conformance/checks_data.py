@@ -89,7 +89,10 @@ def test_type_round_trips(item: ProvisionedStore, reference: duckdb.DuckDBPyConn
         names = session.run_sql("SELECT name FROM customers ORDER BY id").rows
         amounts = session.run_sql("SELECT amount FROM orders WHERE id IN (3, 4) ORDER BY id")
     assert [row[0] for row in names] == NAMES
-    assert [normalise(r[0]) for r in amounts.rows] == [normalise(Decimal("-0.26")), normalise(Decimal("0.11"))]
+    assert [normalise(r[0]) for r in amounts.rows] == [
+        normalise(Decimal("-0.26")),
+        normalise(Decimal("0.11")),
+    ]
 
 
 @pytest.mark.parametrize("sql", REFUSED)

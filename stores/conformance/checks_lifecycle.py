@@ -172,8 +172,9 @@ def test_cleanup_after_sigkill(
     case: StoreCase, store: Store, item_dataset: DatasetFiles, tmp_path: Path
 ) -> None:
     """A process killed with SIGKILL after provisioning leaves nothing once swept (by the
-    case's `sweep`, else by the next session's setup on the same workdir)."""
-    workdir = tmp_path / "killed"
+    case's `sweep`, else by the next session's setup on the same workdir). The workdir is laid
+    out as the harness lays one: `<data>/stores/<store>/<process>`."""
+    workdir = tmp_path / "data" / "stores" / case.family / "killed"
     args = [sys.executable, "-c", _KILLED, case.spec, str(workdir), str(item_dataset.parquet_dir)]
     child = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
     try:
