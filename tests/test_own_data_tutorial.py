@@ -55,6 +55,8 @@ def outcomes(folder: Path, run_id: str) -> dict[str, str]:
     return {r["scenario_id"]: r["outcome"] for r in map(json.loads, lines)}
 
 
+MARIADB = "mysql+pymysql://root@127.0.0.1:3306/shop_bench"
+"""The tutorial's MariaDB binding (the machine's server, as CI starts it)."""
 EXPECTED_CODES = [
     ("uv run python make_shop.py", 0),
     ("uv run backintel validate scenarios", 1),
@@ -78,6 +80,10 @@ EXPECTED_CODES = [
     ("uv run pytest suites --dataset shop=parquet:exports --run-id suite-parquet", 0),
     ("uv run backintel compare results/suite results/suite-parquet --across-bindings", 0),
     ("uv run backintel score --run results/suite-parquet", 0),
+    ("uv run python export_mariadb.py", 0),
+    (f"uv run backintel references build --dataset shop=sqlalchemy:{MARIADB}", 0),
+    (f"uv run pytest suites --dataset shop=sqlalchemy:{MARIADB} --run-id suite-mariadb", 0),
+    ("uv run backintel compare results/suite results/suite-mariadb --across-bindings", 0),
     ("uv run backintel schema --out scenario.schema.json", 0),
 ]
 SUITE = {"german-customers", "top-country", "revenue-by-country", "order-span"}
@@ -103,6 +109,13 @@ SAID = {
     ],
     "uv run pytest suites --dataset shop=parquet:exports --run-id suite-parquet": [
         "backintel: dataset shop: parquet exports on store lake-parquet"
+    ],
+    f"uv run pytest suites --dataset shop=sqlalchemy:{MARIADB} --run-id suite-mariadb": [
+        "backintel: dataset shop: sqlalchemy * on store sqlalchemy"
+    ],
+    "uv run backintel compare results/suite results/suite-mariadb --across-bindings": [
+        "suite shop: NO DETECTABLE DIFFERENCE",
+        "VERDICT: no detectable difference",
     ],
     "uv run backintel score --run results/suite-parquet": [
         "4 recorded answers scored again: 4 agree with the trial; 4 pass, 0 fail"

@@ -71,6 +71,8 @@ class SQLAlchemyProbe(ProvisionedStore):
         self.item = item
         self.store_id = store_id
         self._engine = sa.create_engine(reader, poolclass=sa.pool.NullPool)
+        self.owner: ProvisionedStore | None = None
+        """The item made only for this probe (`SQLAlchemyStore.provision_probe`)."""
 
     def connect(self) -> StoreSession:
         from stores.sqlalchemy.session import SQLAlchemySession

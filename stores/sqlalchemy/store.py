@@ -37,6 +37,7 @@ from stores.sqlalchemy.session import SQLAlchemySession
 __all__ = ["URL_ENV", "SQLAlchemyItem", "SQLAlchemyStore", "redact_url"]
 
 URL_ENV = "BACKINTEL_SQLALCHEMY_URL"
+IN_PLACE = "in-place:"
 SQLGLOT = {"mysql": "mysql", "mariadb": "mysql", "postgresql": "postgres", "mssql": "tsql"}
 
 
@@ -69,7 +70,10 @@ class SQLAlchemyStore(Store):
 
     @classmethod
     def with_options(cls, options: str) -> type[SQLAlchemyStore]:
-        """`sqlalchemy:<url>`: the store bound to that server."""
+        """`sqlalchemy:<url>`: the store on that server (items loaded from Parquet);
+        `sqlalchemy:in-place:<url>`: the URL's database served in place."""
+        if options.startswith(IN_PLACE):
+            return cls.bound(options.removeprefix(IN_PLACE))
         return type(cls.__name__, (cls,), {"url": options})
 
     @classmethod
@@ -144,6 +148,18 @@ class SQLAlchemyStore(Store):
             raise StoreError(f"could not provision {dataset.name!r}: {exc}") from None
         reader = self.engine.url.set(username=user, password=password, database=source)
         return SQLAlchemyItem(self, store_id, source, reader)
+
+    def provision_probe(self, dataset: DatasetFiles, salt: int) -> ProvisionedStore:
+        """The evidence probe of `dataset`: an item of its own whose views move every table
+        (`SQLAlchemyItem.probe`); tearing the probe down tears the item down."""
+        item = self.provision(dataset)
+        try:
+            probe = item.probe(salt)
+        except StoreError:
+            item.teardown()
+            raise
+        probe.owner = item  # type: ignore[attr-defined]
+        return probe
 
 
 class SQLAlchemyItem(ProvisionedStore):
