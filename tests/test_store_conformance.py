@@ -35,8 +35,10 @@ from pytest_backintel.evidence.probe import Probes
 from pytest_backintel.run.cleanup import clean_stale
 from stores.base import DatasetFiles, ProvisionedStore, Store, StoreError
 from stores.conformance import (
+    Deviation,
     NoHook,
     StoreCase,
+    deviation,
     is_required,
     make_dataset,
     normalise,
@@ -81,11 +83,17 @@ def evidence_probe(
 
 
 def sweep(workdir: Path) -> None:
-    """`backintel clean`'s sweep of the data folder the killed store's workdir is in."""
-    clean_stale(workdir.parents[2])
+    """`backintel clean`'s sweep of the data folder the killed store's workdir is in (the
+    PostgreSQL server's only for a store that makes databases there)."""
+    clean_stale(workdir.parents[2], postgres=workdir.parent.name == "postgres")
 
 
-def pg_leftover(store: Store, store_id: str, mount: Path | None) -> bool:
+def folder_left(store: Store, store_id: str, mount: Path | None, workdir: Path) -> bool:
+    """The killed process's folder is still there (a store whose items live only in it)."""
+    return workdir.exists()
+
+
+def pg_leftover(store: Store, store_id: str, mount: Path | None, workdir: Path) -> bool:
     import psycopg
 
     with psycopg.connect(store.dsn, autocommit=True) as admin:  # type: ignore[attr-defined]
@@ -352,7 +360,9 @@ def case_of(spec: str) -> StoreCase:
     """The shipped store `spec` with its hooks and declared deviations."""
     name = family(spec)
     deviations = list(DEVIATIONS.get(spec, DEVIATIONS.get(name, ())))
-    hooks = {"leftover": pg_leftover} if name == "postgres" else {}
+    hooks = {"postgres": {"leftover": pg_leftover}, "clickhouse": {"leftover": folder_left}}.get(
+        name, {}
+    )
     return StoreCase(
         spec,
         deviations=deviations,
@@ -367,5 +377,27 @@ def case_of(spec: str) -> StoreCase:
     )
 
 
-DEVIATIONS: dict[str, list] = {}  # type: ignore[type-arg]
+NO_KILL_HOOK = (
+    "no leftover check is written for its items yet (they live {where}); "
+    "its sweep is not checked here"
+)
+DEVIATIONS: dict[str, list[Deviation]] = {
+    "iceberg-s3": [
+        deviation(
+            "test_cleanup_after_sigkill",
+            reason=NO_KILL_HOOK.format(where="in an S3 bucket of a local endpoint"),
+            raises=NoHook,
+            kind="notimpl",
+        )
+    ],
+    "multi": [
+        deviation(
+            "test_cleanup_after_sigkill",
+            reason=NO_KILL_HOOK.format(where="in their component stores, each checked alone"),
+            raises=NoHook,
+            kind="notimpl",
+        )
+    ],
+}
+"""Declared deviations of the shipped stores, by spec or registered name."""
 CONFORMANCE_STORES = [case_of(spec) for spec in BACKENDS]

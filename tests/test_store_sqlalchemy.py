@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 
 from stores.base import ProvisionedStore, Store
@@ -34,7 +33,7 @@ def tamper(item: ProvisionedStore) -> None:
         conn.execute(sa.text(f"DELETE FROM `{item.database}`.orders WHERE id = 1"))
 
 
-def leftover(store: Store, store_id: str, mount: Path | None) -> bool:
+def leftover(store: Store, store_id: str, mount: Path | None, workdir: Path) -> bool:
     """The item's database or user is still on the server."""
     with _admin(store).connect() as conn:
         dbs = conn.execute(sa.text("SHOW DATABASES LIKE :n"), {"n": store_id}).all()

@@ -9,6 +9,7 @@ the suite, and so does any failure that no deviation declares.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -30,6 +31,7 @@ __all__ = [
     "is_required",
     "only",
     "start_store",
+    "store_class",
 ]
 
 REQUIRE_ENV = "BACKINTEL_REQUIRE"
@@ -38,7 +40,8 @@ fails the suite instead of skipping."""
 
 Tamper = Callable[[ProvisionedStore], None]
 Probe = Callable[[Store, ProvisionedStore, DatasetFiles, Path], AbstractContextManager[Any]]
-Leftover = Callable[[Store, str, "Path | None"], bool]
+Leftover = Callable[[Store, str, "Path | None", Path], bool]
+"""(the suite's store, the killed item's id, its mount path, the killed process's workdir)."""
 
 
 class NoHook(NotImplementedError):
@@ -87,7 +90,7 @@ def deviation(
     return Deviation(test, reason, raises, kind)
 
 
-def _nothing_left(store: Store, store_id: str, mount: Path | None) -> bool:
+def _nothing_left(store: Store, store_id: str, mount: Path | None, workdir: Path) -> bool:
     """The default leftover check: the killed item's mount path (when it had one) is gone."""
     if mount is None:
         raise NoHook("the store has no mount path: give the case a `leftover` hook")
@@ -100,6 +103,9 @@ class StoreCase:
 
     spec: str
     """What `stores.registry.load_store_class` loads (`sqlite`, `sqlalchemy:<url>`)."""
+    store_class: str | None = None
+    """`module:Class` of a store not (yet) registered, imported instead of the registry's
+    (a package's own tests run before it is installed); `spec` is then only its name."""
     id: str = ""
     """The test id (default: the spec, cut before any `://`, so no URL's password shows)."""
     deviations: Sequence[Deviation] = ()
@@ -109,7 +115,8 @@ class StoreCase:
     """A context manager giving a perturbed copy of an item (the evidence probe); default:
     `item.probe(salt)` when the item has one."""
     leftover: Leftover = _nothing_left
-    """Whether anything of a killed process's item (`store_id`, its mount) is still there."""
+    """Whether anything of a killed process's item (`store_id`, its mount, its process's
+    workdir) is still there; default: its mount path, when it has one."""
     sweep: Callable[[Path], object] | None = None
     """What a user runs after a crash, given the killed store's workdir (default: a fresh
     store's `setup_session` on it)."""
@@ -159,10 +166,21 @@ def is_required(spec: str) -> bool:
     return spec in wanted or spec.split(":", 1)[0] in wanted
 
 
-def start_store(spec: str, workdir: Path, timeout_s: float = 1.5) -> Store:
+def store_class(spec: str, path: str | None = None) -> type[Store]:
+    """The class `path` (`module:Class`) names, else the registry's `spec`."""
+    if path is None:
+        return load_store_class(spec)
+    module, _, name = path.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    if not (isinstance(cls, type) and issubclass(cls, Store)):
+        raise UnknownStoreError(f"{path} is not a Store subclass")
+    return cls
+
+
+def start_store(spec: str, workdir: Path, timeout_s: float = 1.5, path: str | None = None) -> Store:
     """The store set up for a session, or a skip (a failure when it is required)."""
     try:
-        store = load_store_class(spec)(workdir, statement_timeout_s=timeout_s)
+        store = store_class(spec, path)(workdir, statement_timeout_s=timeout_s)
         store.setup_session()
     except (StoreError, UnknownStoreError, ImportError) as exc:
         message = f"store backend {spec.split(':', 1)[0]!r} cannot run here: {exc}"

@@ -103,7 +103,7 @@ def test_items_are_isolated_and_teardown_is_idempotent(
 def test_concurrent_provisioning_from_threads(
     case: StoreCase, store: Store, item_dataset: DatasetFiles, tmp_path: Path
 ) -> None:
-    fresh = start_store(case.spec, tmp_path / "fresh")
+    fresh = start_store(case.spec, tmp_path / "fresh", path=case.store_class)
 
     def work(_: int) -> tuple[str, int]:
         provisioned = fresh.provision(item_dataset)
@@ -159,8 +159,8 @@ _KILLED = """
 import sys, time
 from pathlib import Path
 from stores.base import DatasetFiles
-from stores.registry import load_store_class
-store = load_store_class(sys.argv[1])(Path(sys.argv[2]))
+from stores.conformance.cases import store_class
+store = store_class(sys.argv[1], sys.argv[4] or None)(Path(sys.argv[2]))
 store.setup_session()
 item = store.provision(DatasetFiles("killed", Path(sys.argv[3])))
 print(item.store_id, item.mount_path or "", flush=True)
@@ -176,7 +176,10 @@ def test_cleanup_after_sigkill(
     out as the harness lays one: `<data>/stores/<store>/<process>`."""
     workdir = tmp_path / "data" / "stores" / case.family / "killed"
     args = [sys.executable, "-c", _KILLED, case.spec, str(workdir), str(item_dataset.parquet_dir)]
-    child = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # the test's imports too
+    child = subprocess.Popen(
+        [*args, case.store_class or ""], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         line = child.stdout.readline().split() if child.stdout else []
     finally:
@@ -184,9 +187,11 @@ def test_cleanup_after_sigkill(
         child.wait()
     assert line, f"the child exited ({child.returncode}) before provisioning"
     store_id, mount = line[0], Path(line[1]) if len(line) > 1 else None
-    assert case.leftover(store, store_id, mount), "nothing was made to sweep: the check is void"
+    assert case.leftover(store, store_id, mount, workdir), (
+        "nothing was made to sweep: the check is void"
+    )
     if case.sweep is not None:
         case.sweep(workdir)
     else:
-        start_store(case.spec, workdir).teardown_session()
-    assert not case.leftover(store, store_id, mount), f"{store_id} is still there"
+        start_store(case.spec, workdir, path=case.store_class).teardown_session()
+    assert not case.leftover(store, store_id, mount, workdir), f"{store_id} is still there"

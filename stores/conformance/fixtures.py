@@ -100,7 +100,9 @@ def store(
 ) -> Iterator[Store]:
     for name in case.fixtures:
         request.getfixturevalue(name)
-    started = start_store(case.spec, tmp_path_factory.mktemp(f"store-{case.family}"))
+    started = start_store(
+        case.spec, tmp_path_factory.mktemp(f"store-{case.family}"), path=case.store_class
+    )
     yield started
     started.teardown_session()
 
