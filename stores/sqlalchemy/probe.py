@@ -9,22 +9,47 @@ moves: counts, sums and averages over it change.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import sqlalchemy as sa
 
 from stores.base import Fingerprint, ProvisionedStore, StoreError, StoreSession
 from stores.owner import Owner
+from stores.sqlalchemy.admin import MySQLAdmin
+from stores.sqlalchemy.session import SQLAlchemySession
 
-if TYPE_CHECKING:
-    from stores.sqlalchemy.store import SQLAlchemyItem
+
+class _Store(Protocol):
+    @property
+    def admin(self) -> MySQLAdmin: ...
+
+    @property
+    def role(self) -> tuple[str, str] | None: ...
+
+    @property
+    def statement_timeout_s(self) -> float: ...
+
+
+class _Item(Protocol):
+    """What a probe needs of its item (`stores.sqlalchemy.store.SQLAlchemyItem`)."""
+
+    @property
+    def store(self) -> _Store: ...
+
+    store_id: str
+    database: str
+    reader: sa.URL
+
+    @property
+    def display_id(self) -> str: ...
+
 
 __all__ = ["SQLAlchemyProbe", "make_probe"]
 
 BUCKETS = 3
 
 
-def make_probe(item: SQLAlchemyItem, salt: int) -> SQLAlchemyProbe:
+def make_probe(item: _Item, salt: int) -> SQLAlchemyProbe:
     admin = item.store.admin
     name = f"{item.store_id}_p{salt}"
     q = admin.quote
@@ -67,7 +92,7 @@ class SQLAlchemyProbe(ProvisionedStore):
 
     backend = "sqlalchemy"
 
-    def __init__(self, item: SQLAlchemyItem, store_id: str, reader: sa.URL) -> None:
+    def __init__(self, item: _Item, store_id: str, reader: sa.URL) -> None:
         self.item = item
         self.store_id = store_id
         self._engine = sa.create_engine(reader, poolclass=sa.pool.NullPool)
@@ -75,8 +100,6 @@ class SQLAlchemyProbe(ProvisionedStore):
         """The item made only for this probe (`SQLAlchemyStore.provision_probe`)."""
 
     def connect(self) -> StoreSession:
-        from stores.sqlalchemy.session import SQLAlchemySession
-
         return SQLAlchemySession(self._engine, self.item.store.statement_timeout_s, "mysql")
 
     def fingerprint(self) -> Fingerprint:
