@@ -65,7 +65,7 @@ def conformance_other(tmp_path_factory: pytest.TempPathFactory) -> DatasetFiles:
 
 
 @pytest.fixture(scope="session")
-def _seconds_datasets(
+def conformance_seconds_datasets(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[DatasetFiles, DatasetFiles]:
     """The two datasets with whole-second timestamps."""
@@ -80,7 +80,7 @@ def item_dataset(
 ) -> DatasetFiles:
     """The main dataset as the case's store can hold it."""
     if case.whole_seconds:
-        return request.getfixturevalue("_seconds_datasets")[0]  # type: ignore[no-any-return]
+        return request.getfixturevalue("conformance_seconds_datasets")[0]  # type: ignore[no-any-return]
     return conformance_dataset
 
 
@@ -90,7 +90,7 @@ def item_other(
 ) -> DatasetFiles:
     """The other dataset (7 orders and a table `extra`) as the case's store can hold it."""
     if case.whole_seconds:
-        return request.getfixturevalue("_seconds_datasets")[1]  # type: ignore[no-any-return]
+        return request.getfixturevalue("conformance_seconds_datasets")[1]  # type: ignore[no-any-return]
     return conformance_other
 
 

@@ -29,9 +29,9 @@ from stores.conformance.checks_lifecycle import (
     test_timeout_interrupts_and_session_survives,
 )
 from stores.conformance.fixtures import (
-    _seconds_datasets,
     conformance_dataset,
     conformance_other,
+    conformance_seconds_datasets,
     item,
     item_dataset,
     item_other,
@@ -42,9 +42,9 @@ from stores.conformance.fixtures import (
 
 __all__ = [
     "StoreCase",
-    "_seconds_datasets",
     "conformance_dataset",
     "conformance_other",
+    "conformance_seconds_datasets",
     "deviation",
     "item",
     "item_dataset",
