@@ -11,6 +11,7 @@ used instead and nothing is created.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import threading
@@ -38,6 +39,8 @@ __all__ = ["URL_ENV", "SQLAlchemyItem", "SQLAlchemyStore", "redact_url"]
 
 URL_ENV = "BACKINTEL_SQLALCHEMY_URL"
 IN_PLACE = "in-place:"
+STORE_FILE = ".backintel-store.json"
+"""Names this store's server (the URL, password included: mode 0600) for `backintel clean`."""
 SQLGLOT = {"mysql": "mysql", "mariadb": "mysql", "postgresql": "postgres", "mssql": "tsql"}
 
 
@@ -99,6 +102,9 @@ class SQLAlchemyStore(Store):
         self._engine = engine
         self._admin = admin_for(engine)
         self._url = url
+        marker = self.workdir / STORE_FILE  # for `backintel clean` after this process dies
+        marker.write_text(json.dumps({"spec": f"sqlalchemy:{url}"}))
+        marker.chmod(0o600)
         if self.in_place and not engine.url.database:
             raise StoreError(f"{redact_url(url)} names no database to use in place")
         self.sweep()
