@@ -160,6 +160,15 @@ def installed_tree() -> list[tuple[str, int, int]]:
     return out
 
 
+def drop_tutorial_database() -> None:
+    import sqlalchemy as sa
+
+    server = sa.create_engine(MARIADB.rsplit("/", 1)[0] + "/test")
+    with server.begin() as con:
+        con.exec_driver_sql("DROP DATABASE IF EXISTS shop_bench")
+    server.dispose()
+
+
 def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     files, commands = tutorial()
     assert commands[:2] == ["uv init --bare", "uv add --dev ../backintel-bench"]
@@ -238,6 +247,13 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     assert {r["backend"] for r in parquet_run[1]} == {"lake-parquet"}
     assert [r["nodeid"] for r in sqlite_run[1]] == [r["nodeid"] for r in parquet_run[1]]
     assert {r["suite"] for r in parquet_run[1]} == {"shop"}
+    # the same suite on MariaDB, through the sqlalchemy store, with the same outcomes
+    mariadb_run = run_files(project, "suite-mariadb")
+    assert outcomes(project, "suite-mariadb") == dict.fromkeys(SUITE, "pass")
+    assert mariadb_run[0]["datasets"] == {"shop": f"sqlalchemy:{MARIADB}"}
+    assert {r["backend"] for r in mariadb_run[1]} == {"sqlalchemy"}
+    assert [r["nodeid"] for r in mariadb_run[1]] == [r["nodeid"] for r in sqlite_run[1]]
+    drop_tutorial_database()
     assert (project / ".gitignore").read_text() == "data/\nresults/\n"
     schema = json.loads((project / "scenario.schema.json").read_text())
     for path in sorted((project / "scenarios").glob("*.scenario.yaml")):

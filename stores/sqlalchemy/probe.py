@@ -2,9 +2,10 @@
 
 MariaDB has no temporary views (and an analyst's connection could not see another session's),
 so a probe is a database `<item id>_p<salt>` of views over the item's source, made by the
-admin, that the item's user may SELECT and nothing more. Each view keeps every row, repeats
-the rows of one hash bucket (by `salt`) and the first row once more, so every non-empty table
-moves: counts, sums and averages over it change.
+admin, that the item's user may SELECT and nothing more. Each view drops the rows of one hash
+bucket (by `salt`), repeats those of another and adds the first row twice, so every non-empty
+table moves (its rows as a multiset differ: the dropped and repeated buckets are disjoint),
+and minima, maxima and distinct values move with the dropped rows.
 """
 
 from __future__ import annotations
@@ -70,12 +71,14 @@ def make_probe(item: _Item, salt: int) -> SQLAlchemyProbe:
         for table, cols in sorted(by_table.items()):
             source = f"{q(item.database)}.{q(table)}"
             listed = ", ".join(cols)
-            bucket = f"MOD(CRC32(CONCAT_WS('|', {listed})) + {salt}, {BUCKETS}) = 0"
+            hashed = f"CRC32(CONCAT_WS('|', {listed}))"
+            first = f"(SELECT {listed} FROM {source} ORDER BY {listed} LIMIT 1)"
             statements.append(
                 f"CREATE SQL SECURITY DEFINER VIEW {q(name)}.{q(table)} AS "
-                f"SELECT {listed} FROM {source} "
-                f"UNION ALL SELECT {listed} FROM {source} WHERE {bucket} "
-                f"UNION ALL (SELECT {listed} FROM {source} ORDER BY {listed} LIMIT 1)"
+                f"SELECT {listed} FROM {source} WHERE MOD({hashed} + {salt}, {BUCKETS}) <> 0 "
+                f"UNION ALL SELECT {listed} FROM {source} "
+                f"WHERE MOD({hashed} + {salt} + 1, {BUCKETS}) = 0 "
+                f"UNION ALL {first} UNION ALL {first}"
             )
         admin.run(*statements)
         if item.store.role is None:
