@@ -13,10 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
-from stores.base import DatasetFiles, ProvisionedStore, Store
-from stores.conformance import StoreCase
+from stores.base import DatasetFiles, ProvisionedStore, QueryRefused, Store
+from stores.conformance import StoreCase, only
 from stores.conformance.suite import *  # noqa: F403
 from stores.sqlalchemy import SQLAlchemyItem
 from stores.sqlalchemy.store import URL_ENV
@@ -98,3 +99,59 @@ def test_backintel_clean_sweeps_a_killed_runs_users_and_databases(
     assert "dropped sqlalchemy items of gone runs on mysql+pymysql://root@" in done.stdout
     assert not leftover(None, store_id, None, workdir)
     assert not workdir.exists()
+
+
+@only(lambda case: case.family == "sqlalchemy")
+def test_privileges_are_the_guard(item: ProvisionedStore) -> None:
+    """As the item's user, with no statement check in between: writes, DDL, temporary tables,
+    file access and other databases all fail on the server itself."""
+    assert isinstance(item, SQLAlchemyItem)
+    reader = sa.create_engine(item.reader, poolclass=sa.pool.NullPool)
+    try:
+        with reader.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM orders").scalar() == 250
+            for sql in [
+                "INSERT INTO orders (id) VALUES (999)",
+                "UPDATE orders SET status = 'x'",
+                "CREATE TABLE t2 (a INT)",
+                "CREATE TEMPORARY TABLE t3 (a INT)",
+                "DROP TABLE orders",
+                "SELECT * FROM orders INTO OUTFILE '/tmp/backintel-evil.csv'",
+                "SELECT * FROM mysql.user",
+                "CREATE DATABASE bi_evil",
+            ]:
+                with pytest.raises(sa.exc.OperationalError, match="denied"):
+                    conn.exec_driver_sql(sql)
+            assert conn.exec_driver_sql("SELECT LOAD_FILE('/etc/passwd')").scalar() is None
+            databases = {r[0] for r in conn.exec_driver_sql("SHOW DATABASES")}
+    finally:
+        reader.dispose()
+    assert databases == {"information_schema", item.store_id}
+    assert not Path("/tmp/backintel-evil.csv").exists()
+
+
+@only(lambda case: case.family == "sqlalchemy")
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SET STATEMENT max_statement_time = 0 FOR SELECT 1",
+        "SELECT * FROM orders INTO OUTFILE '/tmp/backintel-evil.csv'",
+        "SHOW GRANTS",
+        "SELECT 1; SELECT 2",
+        "DO SLEEP(5)",
+        "HANDLER orders OPEN",
+    ],
+)
+def test_what_privileges_leave_open_is_refused(item: ProvisionedStore, sql: str) -> None:
+    with item.connect() as session, pytest.raises(QueryRefused):
+        session.run_sql(sql)
+
+
+@only(lambda case: case.family == "sqlalchemy")
+def test_reads_of_every_shape_run(item: ProvisionedStore) -> None:
+    with item.connect() as session:
+        assert session.run_sql("(SELECT 1 AS a) UNION ALL (SELECT 2)").rows == [(1,), (2,)]
+        assert session.run_sql("WITH x AS (SELECT 3 AS a) SELECT a FROM x").rows == [(3,)]
+        assert session.run_sql("SELECT '100%' AS p").rows == [("100%",)]
+        assert session.tables_read("SELECT 42 AS x") == set()
+        assert session.tables_read("WITH a AS (SELECT * FROM orders) SELECT * FROM a") == {"orders"}
