@@ -140,3 +140,9 @@ def same_size_parquet(table: pa.Table, size: int) -> bytes:
         pad += size - len(data)
         assert pad >= 0, "the tampered table must be smaller than the original"
     raise AssertionError(f"could not pad a Parquet file to {size} bytes")
+
+
+def ch_server_leftover(store: Store, store_id: str, mount: Path | None, workdir: Path) -> bool:
+    """The killed item's database is still on the ClickHouse server."""
+    sql = f"SELECT count() FROM system.databases WHERE name = '{store_id}'"
+    return bool(store.admin.query(sql).rows != [(0,)])  # type: ignore[attr-defined]

@@ -24,7 +24,15 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from store_hooks import evidence_probe, folder_left, pg_leftover, shown, sweep, tamper
+from store_hooks import (
+    ch_server_leftover,
+    evidence_probe,
+    folder_left,
+    pg_leftover,
+    shown,
+    sweep,
+    tamper,
+)
 
 from stores.base import DatasetFiles, ProvisionedStore, Store, StoreError
 from stores.conformance import (
@@ -233,9 +241,11 @@ def case_of(spec: str) -> StoreCase:
     """The shipped store `spec` with its hooks and declared deviations."""
     name = family(spec)
     deviations = list(DEVIATIONS.get(spec, DEVIATIONS.get(name, ())))
-    hooks = {"postgres": {"leftover": pg_leftover}, "clickhouse": {"leftover": folder_left}}.get(
-        name, {}
-    )
+    hooks = {
+        "postgres": {"leftover": pg_leftover},
+        "clickhouse": {"leftover": folder_left},
+        "clickhouse-server": {"leftover": ch_server_leftover},
+    }.get(name, {})
     return StoreCase(
         spec,
         deviations=deviations,
@@ -255,6 +265,16 @@ NO_KILL_HOOK = (
     "its sweep is not checked here"
 )
 DEVIATIONS: dict[str, list[Deviation]] = {
+    "clickhouse-server": [
+        deviation(
+            "test_cleanup_after_sigkill",
+            reason="a killed run's per-item databases on the server are recorded nowhere, so "
+            "neither the next session nor `backintel clean` drops them (the ClickHouse source "
+            "store records its own: stores/ch_dsn.py)",
+            raises=AssertionError,
+            kind="notimpl",
+        )
+    ],
     "iceberg-s3": [
         deviation(
             "test_cleanup_after_sigkill",
