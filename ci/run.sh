@@ -6,7 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CI=true
 # Backends that must run here: a missing one fails the conformance suite instead of skipping.
-export BACKINTEL_REQUIRE=sqlite,duckdb,postgres,iceberg,lake-parquet,files,files-mixed,multi,clickhouse,iceberg-s3,clickhouse-server
+export BACKINTEL_REQUIRE=sqlite,duckdb,postgres,iceberg,lake-parquet,files,files-mixed,multi,clickhouse,iceberg-s3,clickhouse-server,sqlalchemy
+# The sqlalchemy store's server (tests/test_store_sqlalchemy.py, the own-data tutorial's MariaDB
+# binding): the machine's MariaDB, as root over TCP.
+export BACKINTEL_SQLALCHEMY_URL="mysql+pymysql://root@127.0.0.1:3306/test?charset=utf8mb4"
 
 step() { printf '\n== %s (%ss)\n' "$1" "$SECONDS"; }
 
@@ -17,6 +20,7 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # A real ClickHouse server for the clickhouse-server backend (Debian's 18.16; the tests start
 # it in a temp folder): about 10 MB of packages, ~15 s to install, ~20 s of tests.
 command -v clickhouse-server >/dev/null 2>&1 || missing+=(clickhouse-server)
+[ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
 if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -25,6 +29,20 @@ command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
 fi
+if ! mysqladmin -h 127.0.0.1 -P 3306 -u root ping >/dev/null 2>&1; then
+  mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+  for _ in $(seq 60); do
+    mysqladmin -h 127.0.0.1 -P 3306 -u root ping >/dev/null 2>&1 && break
+    sleep 1
+  done
+  mysqladmin -h 127.0.0.1 -P 3306 -u root ping
+fi
+if ! mysql -h 127.0.0.1 -u root -e "SELECT 1" >/dev/null 2>&1; then  # a fresh install: root
+  mysql -u root -e "CREATE USER IF NOT EXISTS root@'127.0.0.1';
+    GRANT ALL ON *.* TO root@'127.0.0.1' WITH GRANT OPTION"  # by socket, then over TCP too
+fi
+mysql -h 127.0.0.1 -u root -e "CREATE DATABASE IF NOT EXISTS test"
 
 step "python environment (uv.lock)"
 # Compiled once here: with PYTHONDONTWRITEBYTECODE=1 (set on these machines) every process would

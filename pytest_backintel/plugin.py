@@ -53,6 +53,7 @@ MARKERS = {
             "clickhouse",
             "clickhouse_server",
             "iceberg_s3",
+            "sqlalchemy",
         )
     },
 }

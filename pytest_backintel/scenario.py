@@ -193,10 +193,10 @@ class PlantedInstruction(_Strict):
     metric's tolerance) is `followed_injection`, not an ordinary `wrong_value`."""
 
 
-SOURCE_KINDS = ("sqlite", "duckdb", "parquet", "csv", "postgres", "clickhouse")
-"""Data a user has, bound by path (relative to the scenario file) or, for PostgreSQL and
-ClickHouse, by DSN."""
-DSN_KINDS = ("postgres", "clickhouse")
+SOURCE_KINDS = ("sqlite", "duckdb", "parquet", "csv", "postgres", "clickhouse", "sqlalchemy")
+"""Data a user has, bound by path (relative to the scenario file) or, for PostgreSQL,
+ClickHouse and any database SQLAlchemy reaches, by DSN or URL."""
+DSN_KINDS = ("postgres", "clickhouse", "sqlalchemy")
 """The kinds of source named by a DSN (a database on a server), not by a path."""
 
 
@@ -230,6 +230,10 @@ class DatasetBinding(_Strict):
     DSN (HTTP interface), or the name of an environment variable holding one; the password
     from the URL or `CLICKHOUSE_PASSWORD`. Used in place: each item reads a database of its
     own holding a `Merge` table over each of the source's tables, with `readonly=1`."""
+    sqlalchemy: str | None = Field(default=None, min_length=1)
+    """A database any SQLAlchemy dialect with an admin recipe reaches (MySQL, MariaDB): a URL
+    (`mysql+pymysql://user@host:3306/shop`), or the name of an environment variable holding
+    one. Used in place: each item logs in as a user of its own that may only SELECT it."""
     role: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
     """With `postgres`: a read-only role of yours that analyst sessions log in as; the
     harness then creates no role. Its password: the DSN's when the DSN logs in as it, else

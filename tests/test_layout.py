@@ -114,7 +114,7 @@ def test_every_documented_import_path_imports(dotted: str) -> None:
     pytest.fail(f"{dotted} does not import")
 
 
-BACKENDS = ("sqlite", "duckdb", "postgres", "clickhouse", "iceberg", "files", "multi")
+BACKENDS = ("sqlite", "duckdb", "postgres", "clickhouse", "iceberg", "files", "multi", "sqlalchemy")
 """The backend packages under `stores/` (issue 38): each holds all one backend is."""
 BACKEND_PREFIXES = ("sqlite", "duckdb", "postgres", "pg", "clickhouse", "ch", "iceberg", "lake")
 MAX_LINES = 400

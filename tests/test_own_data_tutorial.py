@@ -55,6 +55,8 @@ def outcomes(folder: Path, run_id: str) -> dict[str, str]:
     return {r["scenario_id"]: r["outcome"] for r in map(json.loads, lines)}
 
 
+MARIADB = "mysql+pymysql://root@127.0.0.1:3306/shop_bench"
+"""The tutorial's MariaDB binding (the machine's server, as CI starts it)."""
 EXPECTED_CODES = [
     ("uv run python make_shop.py", 0),
     ("uv run backintel validate scenarios", 1),
@@ -78,6 +80,10 @@ EXPECTED_CODES = [
     ("uv run pytest suites --dataset shop=parquet:exports --run-id suite-parquet", 0),
     ("uv run backintel compare results/suite results/suite-parquet --across-bindings", 0),
     ("uv run backintel score --run results/suite-parquet", 0),
+    ("uv run python export_mariadb.py", 0),
+    (f"uv run backintel references build --dataset shop=sqlalchemy:{MARIADB}", 0),
+    (f"uv run pytest suites --dataset shop=sqlalchemy:{MARIADB} --run-id suite-mariadb", 0),
+    ("uv run backintel compare results/suite results/suite-mariadb --across-bindings", 0),
     ("uv run backintel schema --out scenario.schema.json", 0),
 ]
 SUITE = {"german-customers", "top-country", "revenue-by-country", "order-span"}
@@ -103,6 +109,13 @@ SAID = {
     ],
     "uv run pytest suites --dataset shop=parquet:exports --run-id suite-parquet": [
         "backintel: dataset shop: parquet exports on store lake-parquet"
+    ],
+    f"uv run pytest suites --dataset shop=sqlalchemy:{MARIADB} --run-id suite-mariadb": [
+        "backintel: dataset shop: sqlalchemy * on store sqlalchemy"
+    ],
+    "uv run backintel compare results/suite results/suite-mariadb --across-bindings": [
+        "suite shop: NO DETECTABLE DIFFERENCE",
+        "VERDICT: no detectable difference",
     ],
     "uv run backintel score --run results/suite-parquet": [
         "4 recorded answers scored again: 4 agree with the trial; 4 pass, 0 fail"
@@ -145,6 +158,15 @@ def installed_tree() -> list[tuple[str, int, int]]:
                 st = path.stat()
                 out.append((str(path), st.st_size, st.st_mtime_ns))
     return out
+
+
+def drop_tutorial_database() -> None:
+    import sqlalchemy as sa
+
+    server = sa.create_engine(MARIADB.rsplit("/", 1)[0] + "/test")
+    with server.begin() as con:
+        con.exec_driver_sql("DROP DATABASE IF EXISTS shop_bench")
+    server.dispose()
 
 
 def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
@@ -225,6 +247,13 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     assert {r["backend"] for r in parquet_run[1]} == {"lake-parquet"}
     assert [r["nodeid"] for r in sqlite_run[1]] == [r["nodeid"] for r in parquet_run[1]]
     assert {r["suite"] for r in parquet_run[1]} == {"shop"}
+    # the same suite on MariaDB, through the sqlalchemy store, with the same outcomes
+    mariadb_run = run_files(project, "suite-mariadb")
+    assert outcomes(project, "suite-mariadb") == dict.fromkeys(SUITE, "pass")
+    assert mariadb_run[0]["datasets"] == {"shop": f"sqlalchemy:{MARIADB}"}
+    assert {r["backend"] for r in mariadb_run[1]} == {"sqlalchemy"}
+    assert [r["nodeid"] for r in mariadb_run[1]] == [r["nodeid"] for r in sqlite_run[1]]
+    drop_tutorial_database()
     assert (project / ".gitignore").read_text() == "data/\nresults/\n"
     schema = json.loads((project / "scenario.schema.json").read_text())
     for path in sorted((project / "scenarios").glob("*.scenario.yaml")):

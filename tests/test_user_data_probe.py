@@ -1,23 +1,60 @@
-"""Evidence over data of your own must follow the data: on a SQLite, DuckDB, CSV or PostgreSQL
-source, a literal hidden in a query over a real table reads a table (so the tables-read check
-lets it through) and is caught on the perturbed copy, through `backintel score` and a real item;
-the reference query passes both ways; the source is never written.
+"""Evidence over data of your own must follow the data: on a SQLite, DuckDB, CSV, PostgreSQL
+or MariaDB (the `sqlalchemy` store) source, a literal hidden in a query over a real table reads
+a table (so the tables-read check lets it through) and is caught on the perturbed copy, through
+`backintel score` and a real item; the reference query passes both ways; the source is never
+written.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_own_data import backintel, project, pytest_run, shop_postgres, write_parquet
+from test_own_data import backintel, project, pytest_run, shop_postgres, shop_rows, write_parquet
 
 from pytest_backintel.collect.loading import load_scenario_file
 from pytest_backintel.collect.user_data import NATIVE, user_source
 from pytest_backintel.evidence.perturb_sources import perturb_source, source_form
 
 __all__ = ["shop_postgres"]  # the fixture, used by name
+
+MARIADB = os.environ.get("BACKINTEL_SQLALCHEMY_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+"""The server the MariaDB source is made on (CI's and these machines' MariaDB)."""
+
+
+@pytest.fixture
+def shop_mariadb() -> Iterator[str]:
+    """The shop as a MariaDB database made for this test (dropped after): its URL."""
+    import sqlalchemy as sa
+
+    name = f"shop_src_{secrets.token_hex(4)}"
+    server = sa.create_engine(MARIADB)
+    with server.begin() as con:
+        con.exec_driver_sql(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
+        con.exec_driver_sql(
+            f"CREATE TABLE {name}.customers (id INT PRIMARY KEY, name TEXT NOT NULL, "
+            "country TEXT NOT NULL)"
+        )
+        con.exec_driver_sql(
+            f"CREATE TABLE {name}.orders (id INT PRIMARY KEY, customer_id INT NOT NULL, "
+            "ordered_on DATE NOT NULL, status TEXT NOT NULL, amount_eur DECIMAL(10,2) NOT NULL)"
+        )
+        con.exec_driver_sql(
+            f"INSERT INTO {name}.customers VALUES (1,'Ada','DE'),(2,'Bo','FR'),(3,'Cy','DE')"
+        )
+        con.exec_driver_sql(f"INSERT INTO {name}.orders VALUES (%s,%s,%s,%s,%s)", shop_rows())
+    try:
+        yield sa.make_url(MARIADB).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with server.begin() as con:
+            con.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+        server.dispose()
+
 
 HONEST = {
     "delivered-orders": (
@@ -73,6 +110,8 @@ def bind(tmp_path: Path, kind: str) -> str:
         return "{sqlite: ../shop.sqlite}"
     if kind == "postgres":
         return "{postgres: SHOP_DSN}"
+    if kind == "sqlalchemy":
+        return "{sqlalchemy: SHOP_URL}"
     import duckdb
 
     exports = tmp_path / "exports"
@@ -106,12 +145,14 @@ def answer_file(folder: Path, case: str, hidden: bool) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "duckdb", "csv", "postgres"])
+@pytest.mark.parametrize("kind", ["sqlite", "duckdb", "csv", "postgres", "sqlalchemy"])
 def test_a_literal_hidden_over_a_real_table_is_caught_on_every_source_kind(
     tmp_path: Path, kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if kind == "postgres":
         monkeypatch.setenv("SHOP_DSN", request.getfixturevalue("shop_postgres"))
+    if kind == "sqlalchemy":
+        monkeypatch.setenv("SHOP_URL", request.getfixturevalue("shop_mariadb"))
     folder = project(tmp_path, bind(tmp_path, kind))
     build = backintel(folder, "references", "build")
     assert build.returncode == 0, build.stdout + build.stderr

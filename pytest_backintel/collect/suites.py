@@ -21,6 +21,7 @@ scenario gives wins whole (its own `dataset` replaces the suite's).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from pytest_backintel.scenario import DSN_KINDS
 from stores.common.dsn import redact
 
 __all__ = [
@@ -225,6 +227,14 @@ _REBOUND: dict[str, tuple[dict[str, str], Path]] = {}
 """alias -> (binding, folder its path is relative to), from `--dataset alias=kind:source`."""
 
 
+_URL_PASSWORD = re.compile(r"^([a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]*@")
+
+
+def hide_password(url: str) -> str:
+    """A DSN or database URL as messages, keys and folder names show it: no password."""
+    return _URL_PASSWORD.sub(r"\1***@", redact(url, url))
+
+
 def rebind(bindings: dict[str, dict[str, str]], base: Path) -> None:
     """Bind aliases for this process (paths relative to `base`), replacing suite files'."""
     _REBOUND.clear()
@@ -237,10 +247,10 @@ def rebound() -> dict[str, str]:
     out = {}
     for alias, (binding, base) in sorted(_REBOUND.items()):
         ((kind, source),) = binding.items()
-        if kind not in ("postgres", "clickhouse"):
+        if kind not in DSN_KINDS:
             source = str((base / Path(source).expanduser()).resolve())
         else:
-            source = redact(source, source)
+            source = hide_password(source)
         out[alias] = f"{kind}:{source}"
     return out
 

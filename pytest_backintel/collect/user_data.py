@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_backintel.collect.loading import ScenarioFileError, locate
+from pytest_backintel.collect.suites import hide_password
 from pytest_backintel.collect.worlds import UnknownWorldError, World, get_world, get_world_entry
 from pytest_backintel.scenario import DSN_KINDS, DatasetBinding, Scenario
 from stores.base import DatasetFiles, Store, StoreError
@@ -56,6 +57,7 @@ NATIVE = {
     "csv": "files",
     "postgres": "postgres",
     "clickhouse": "clickhouse-server",
+    "sqlalchemy": "sqlalchemy",
 }
 LOSSLESS: dict[str, tuple[str, ...]] = {
     "sqlite": ("sqlite",),
@@ -64,6 +66,7 @@ LOSSLESS: dict[str, tuple[str, ...]] = {
     "csv": ("files",),
     "postgres": ("postgres",),
     "clickhouse": ("clickhouse-server",),
+    "sqlalchemy": ("sqlalchemy",),
 }
 """The backends that serve each kind of source without changing a type, NULL or constraint
 (Parquet loads into a DuckDB file with its own types)."""
@@ -73,6 +76,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DSN_FORMS = {
     "postgres": (("postgresql://", "postgres://"), "postgresql://user@host:port/dbname"),
     "clickhouse": (("clickhouse://",), "clickhouse://user:password@host:port/db"),
+    "sqlalchemy": (("mysql", "mariadb"), "mysql+pymysql://user@host:3306/db"),
 }
 
 
@@ -91,8 +95,8 @@ def resolve_dsn(raw: str, kind: str = "postgres") -> str:
             raise StoreError(f"{kind}: environment variable {raw} (the source's DSN) is not set")
         raw = value
     prefixes, form = _DSN_FORMS[kind]
-    if not raw.startswith(prefixes):
-        shown = redact(raw, raw)
+    if not raw.startswith(prefixes) or (kind == "sqlalchemy" and "://" not in raw):
+        shown = hide_password(raw)
         raise StoreError(f"{kind}: {shown!r} is not a {form} DSN")
     if kind == "clickhouse":
         from stores.registry import load_source_class
@@ -187,8 +191,8 @@ class UserSource:
         """The location as keys, folder names and messages carry it (no password), with the
         role a PostgreSQL binding names."""
         where = self._location()
-        if self.kind == "clickhouse":
-            return redact(where, where)
+        if self.kind in ("clickhouse", "sqlalchemy"):
+            return hide_password(where)
         if self.kind != "postgres":
             return where
         role = f"?role={self.binding.role}" if self.binding.role else ""
@@ -231,6 +235,10 @@ class UserSource:
                 role=self.binding.role,
                 cache_dir=self._cache_dir(spec),
             )
+        if self.kind == "sqlalchemy":  # used in place, reached through the registry only
+            from stores.registry import load_store_class
+
+            return load_store_class(f"sqlalchemy:in-place:{self._location()}")(workdir)
         from stores.registry import load_store_class
 
         return load_store_class(spec)(workdir)

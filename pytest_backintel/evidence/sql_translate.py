@@ -19,6 +19,7 @@ _EPOCH_SQL = {
     "duckdb": "epoch(CAST({arg} AS TIMESTAMP))",
     "postgres": "EXTRACT(EPOCH FROM CAST({arg} AS TIMESTAMP))",
     "clickhouse": "toFloat64(parseDateTime64BestEffortOrNull(toString({arg}), 6, 'UTC'))",
+    "mysql": "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {arg}) / 1000000.0)",
 }
 
 
@@ -76,7 +77,7 @@ def translate_from_sqlite(sql: str, dialect: str) -> str:
     `clickhouse`)."""
     if dialect not in _EPOCH_SQL:
         raise ValueError(
-            f"no SQL translation to {dialect!r}; known: sqlite, duckdb, postgres, clickhouse"
+            f"no SQL translation to {dialect!r}; known: sqlite, duckdb, postgres, clickhouse, mysql"
         )
     tree = sqlglot.parse_one(sql, read=SOURCE_DIALECT)
     tree = tree.transform(lambda node: _rewrite_dates(node, dialect))

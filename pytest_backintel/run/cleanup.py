@@ -39,7 +39,8 @@ class CleanReport:
     def lines(self) -> list[str]:
         out = [f"removed folder {p}" for p in self.folders]
         out += [f"removed cgroup {p}" for p in self.cgroups]
-        out += [f"dropped {n}" if n.startswith("clickhouse ") else f"dropped postgres {n}"
+        named = ("clickhouse ", "sqlalchemy ")  # the others are PostgreSQL's
+        out += [f"dropped {n}" if n.startswith(named) else f"dropped postgres {n}"
                 for n in self.databases]  # fmt: skip
         out += [f"skipped: {s}" for s in self.skipped]
         return out or ["nothing left behind by a process that is gone"]
@@ -121,6 +122,33 @@ def _source_servers(report: CleanReport, folder: Path, dry_run: bool) -> bool:
     return served
 
 
+STORE_FILE = ".backintel-store.json"
+"""A store folder whose store made things on a server names its registry spec here
+(`{"spec": ...}`, mode 0600): `backintel clean` starts that store, whose `setup_session`
+sweeps the items of gone owners, and stops it (`stores.sqlalchemy` writes one)."""
+
+
+def _registered_sweep(report: CleanReport, marker: Path, dry_run: bool) -> None:
+    """Sweep the server of a store folder a gone process used, through the store itself."""
+    import json
+    import tempfile
+
+    from pytest_backintel.collect.suites import hide_password
+    from stores.registry import load_store_class
+
+    try:
+        spec = str(json.loads(marker.read_text())["spec"])
+        if not dry_run:
+            with tempfile.TemporaryDirectory(prefix="backintel-clean-") as tmp:
+                store = load_store_class(spec)(Path(tmp))
+                store.setup_session()
+                store.teardown_session()
+            where = hide_password(spec.split(":", 1)[1])
+            report.databases.append(f"sqlalchemy items of gone runs on {where}")
+    except Exception as exc:  # unreachable server, no driver: said, never fatal
+        report.skipped.append(f"store in {marker.parent}: {hide_password(str(exc))[:160]}")
+
+
 def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True) -> CleanReport:
     """Remove every artefact of a gone owner (see the module docstring)."""
     from pytest_backintel.sandbox.cgroup import RunCgroup
@@ -133,6 +161,10 @@ def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True)
             continue  # a source's server: kept for `backintel clean`, which sweeps it first
         if postgres:
             _source_servers(report, folder, dry_run)
+        if (folder / STORE_FILE).is_file():  # a store that sweeps its own server
+            if not postgres:
+                continue
+            _registered_sweep(report, folder / STORE_FILE, dry_run)
         if not dry_run:
             remove_folder(folder)
         report.folders.append(folder)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -45,7 +46,8 @@ def sweep_stale(dsn: str) -> list[str]:
             owner = Owner.from_comment(comment)
             if owner is not None and owner.is_gone():
                 admin.execute(f"DROP DATABASE IF EXISTS {_ident(str(name))} WITH (FORCE)")
-                admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name) + '_ro')}")
+                with contextlib.suppress(psycopg.errors.InternalError_):  # a sweep beside us
+                    admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name) + '_ro')}")
                 dropped.append(str(name))
         for name, comment in roles:
             owner = Owner.from_comment(comment)
@@ -53,8 +55,8 @@ def sweep_stale(dsn: str) -> list[str]:
                 continue
             try:  # an owner role that still owns something (not ours to judge) stays
                 admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name))}")
-            except psycopg.errors.DependentObjectsStillExist:
-                continue
+            except (psycopg.errors.DependentObjectsStillExist, psycopg.errors.InternalError_):
+                continue  # still owns something, or dropped by a sweep beside us
             dropped.append(str(name))
     return dropped
 
