@@ -17,6 +17,7 @@ A table whose rows cannot be dropped is named in the notes, with why.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ __all__ = [
     "view_probe_kind",
 ]
 
+COPY_ROOM = 3
+"""A SQLite probe's copy is written only while the cache's disk has this many times the
+source's size free; else its sessions stay on the views."""
 _NUMERIC = ("REAL", "FLOA", "DOUB", "NUM", "DEC")
 _NO_KEY = (
     "it has no declared primary key, no unique id-like column (id, *_id, *Id, *ID, *key) and "
@@ -243,8 +247,9 @@ def sqlite_view_probe(
     notes: list[str],
 ) -> SQLiteProbeStore:
     """The probe of a SQLite source for `salt`: sessions read TEMP views over the source;
-    Python evidence gets the same tables written to a file under `cache_dir`, built on its
-    first use and kept while the source's data hash is the same (xdist-safe)."""
+    the same tables are written to a file under `cache_dir` in the background (when the disk
+    has `COPY_ROOM` times the source free), kept while the source's data hash is the same
+    (xdist-safe), and read by Python evidence and by every session opened once it is there."""
     assert isinstance(store, SQLiteSourceStore)
     assert data_hash is not None
     source = store.source_file(files)
@@ -259,7 +264,10 @@ def sqlite_view_probe(
         return final / "data.sqlite"
 
     timeout = store.statement_timeout_s
-    return SQLiteProbeStore(source, new_store_id(), timeout, plan, salt, materialised)
+    room = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
+    roomy = shutil.disk_usage(room).free
+    copy = roomy > COPY_ROOM * source.stat().st_size
+    return SQLiteProbeStore(source, new_store_id(), timeout, plan, salt, materialised, copy)
 
 
 Plans = tuple[dict[str, TablePlan], list[str]]
