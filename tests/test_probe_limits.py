@@ -74,9 +74,11 @@ def test_a_check_query_that_fails_on_a_probe_marks_the_trial_unguarded_everywher
     unguarded = by_case["usa-invoices"]
     assert unguarded["outcome"] == "pass"
     why = unguarded["probe_unguarded"]
-    assert isinstance(why, str) and "usa_invoices: a scalar metric needs exactly one row" in why
+    assert isinstance(why, str)
+    assert "usa_invoices: a scalar metric needs exactly one row" in why
     warnings = unguarded["warnings"]
-    assert isinstance(warnings, list) and any(w.startswith("UNGUARDED: ") for w in warnings)
+    assert isinstance(warnings, list)
+    assert any(w.startswith("UNGUARDED: ") for w in warnings)
     assert by_case["largest-invoice"]["probe_unguarded"] is None
 
     lines = [line for line in run.stdout.splitlines() if line.startswith("backintel: ")]
@@ -94,7 +96,8 @@ def test_a_check_query_that_fails_on_a_probe_marks_the_trial_unguarded_everywher
     from reports.view.data import headline, trial_detail
 
     loaded = load_run(folder / "results" / "u")
-    assert any(b.startswith("UNGUARDED: 1 trial(s)") for b in headline(summarize(loaded))["banners"])
+    banners = headline(summarize(loaded))["banners"]
+    assert any(b.startswith("UNGUARDED: 1 trial(s)") for b in banners)
     n = next(i for i, r in enumerate(loaded.records) if r["scenario_id"] == "usa-invoices")
     assert any(w.startswith("UNGUARDED: ") for w in trial_detail(n, loaded.records[n])["warnings"])
 

@@ -115,7 +115,8 @@ class EvidenceResult:
     details: dict[str, str] = field(default_factory=dict)
     probes: list[dict[str, Any]] = field(default_factory=list)
     """Per data probe run: `probe` (1-based), `values` the evidence gave there, `expected`
-    what the data gives there, `followed` per metric, `error` when it failed to run."""
+    what the data gives there, `followed` per metric, `seconds` it took there, `error` when it
+    failed to run."""
 
     @property
     def ok(self) -> bool:
@@ -182,6 +183,7 @@ def _follows_data(
     if unknown is not None:
         res.probes.append({"probe": number, "skipped": unknown})
         return  # the evaluator's own query cannot say; the trial is marked unguarded
+    started = time.monotonic()
     try:
         python = probe.python() if item.kind == "python" else None  # a probe's file is built
         values, problems = _run_one(  # only for Python
@@ -207,6 +209,7 @@ def _follows_data(
             "values": jsonable({m: values.get(m) for m in item.metrics}),
             "expected": jsonable({m: expected.get(m) for m in item.metrics}),
             "followed": followed,
+            "seconds": round(time.monotonic() - started, 4),
         }
     )
     for name in item.metrics:
