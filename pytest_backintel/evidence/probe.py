@@ -148,10 +148,11 @@ class DataProbe:
         return list(self.notes)
 
     def unguarded(self, scenario: Scenario) -> str | None:
-        """Why evidence of `scenario` was not checked against moved data here, when the check
-        query ran on this probe and gave no values (a scenario without one: None)."""
+        """Why evidence of `scenario` was not checked against moved data here, when evidence
+        reached this probe and the check values there are unknown (the check query failed or
+        gave no value, or the scenario has none); else None."""
         found = self._checks.get((scenario.id, scenario.version))
-        if found is None or not scenario.check_sql or found[1] is None:
+        if found is None or found[1] is None:
             return None
         return f"evidence is not checked against moved data: {found[1]}"
 
