@@ -234,9 +234,13 @@ class SQLiteProbeStore(ViewProbeStore):
         return session
 
     def teardown(self) -> None:
+        """Close the sessions; a copy under way is finished first (the next run reuses it;
+        a process that ended mid-copy would leave half a file behind)."""
         for session in self._sessions:
             session.close()
         self._sessions.clear()
+        if self._copying is not None:
+            self._copying.join()
 
 
 def materialise(source: Path, plans: dict[str, TablePlan], salt: int, dest: Path) -> None:
