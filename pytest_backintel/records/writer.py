@@ -258,7 +258,7 @@ def probe_warnings(records: list[dict[str, Any]]) -> list[str]:
 
 def unguarded_warning(reason: str) -> str:
     """A trial's own warning when its evidence was not checked against moved data."""
-    return f"UNGUARDED: this answer passed without its evidence being checked on a probe: {reason}"
+    return f"UNGUARDED: {reason}; a literal in it would not have been caught"
 
 
 def unguarded_lines(records: list[dict[str, Any]]) -> list[str]:
