@@ -112,6 +112,11 @@ class Run:
             out.append(REPLAY_BANNER)
         if warning := no_usage_warning(self.usage_unreported):
             out.append(f"{NO_USAGE_BANNER} — {warning}")
+        if n := sum(1 for r in self.records if r.get("probe_unguarded")):
+            out.append(
+                f"UNGUARDED: {n} trial(s) whose evidence was not checked against moved data "
+                "(the check query failed on a data probe; see each trial's warnings)"
+            )
         return out
 
     @property

@@ -193,6 +193,11 @@ class StoreSession(ABC):
         Only called for statements `run_sql` has already accepted. Raises `QueryError`."""
         return None
 
+    def set_time_limit(self, seconds: float) -> float | None:
+        """Let each statement run up to `seconds`; the limit now in force, or None where this
+        backend's limit is fixed (its store's `statement_timeout_s`)."""
+        return None
+
     def __enter__(self) -> StoreSession:
         return self
 

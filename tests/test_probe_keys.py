@@ -298,25 +298,26 @@ def test_a_link_tables_id_like_columns_together_are_its_key() -> None:
     assert entity_key(plain, key_names("Rate", plain.columns), None) == []
 
 
-def test_a_check_query_the_probe_cannot_run_is_named_not_silently_skipped(
+def test_a_check_query_the_probe_cannot_answer_marks_the_answer_unguarded(
     tmp_path: Path,
 ) -> None:
-    """A reference query that names `main.Invoice` cannot run on the probe's views (the
-    schema-qualified name is refused there), so the probe cannot check the evidence: the
-    literal is let through, and the score says why."""
+    """A reference query that gives no row on the probe (its `HAVING` holds only on the
+    source's own count) leaves nothing to compare the evidence with there: the literal is let
+    through, and the score says the answer is unguarded, not that it was checked."""
     write_sqlite(tmp_path / "chinook.sqlite")
     folder = project(tmp_path, "{sqlite: ../chinook.sqlite}")
-    path = folder / "scenarios" / "usa-invoices.scenario.yaml"
-    path.write_text(path.read_text().replace("FROM Invoice", "FROM main.Invoice"))
-    assert backintel(folder, "references", "build").returncode == 0
     value = truth()["usa-invoices"]
+    path = folder / "scenarios" / "usa-invoices.scenario.yaml"
+    path.write_text(path.read_text().replace("'USA'", f"'USA' HAVING COUNT(*) = {value}"))
+    assert backintel(folder, "references", "build").returncode == 0
     got = score(
         folder, "usa-invoices", value, "sql", f"SELECT {value} AS usa_invoices FROM Invoice LIMIT 1"
     )
     assert got["outcome"] == "pass", got
-    (gap,) = got["probe_gaps"]  # type: ignore[misc]
-    assert gap.startswith("evidence is not checked against moved data: the check query failed")
-    assert "main.Invoice is read past the probe's view" in gap
+    assert got["probe_gaps"] == [], got
+    unguarded = got["probe_unguarded"]
+    assert isinstance(unguarded, str), got
+    assert unguarded.startswith("evidence is not checked against moved data: usa_invoices")
 
 
 def test_every_numeric_type_outside_keys_is_rescaled_and_keeps_its_type() -> None:

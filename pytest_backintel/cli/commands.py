@@ -257,6 +257,7 @@ def _score(args: argparse.Namespace) -> int:
                 "reasons": [r.message for r in score.reasons],
                 "evidence": [e.to_json() for e in evidence],
                 "probe_gaps": scorer.probe_gaps,
+                "probe_unguarded": scorer.probe_unguarded,
             },
             indent=2,
             default=str,

@@ -22,6 +22,7 @@ from stores.base import (
     DatasetFiles,
     ProvisionedStore,
     QueryError,
+    QueryTimeout,
     Store,
     StoreError,
     StoreSession,
@@ -31,7 +32,32 @@ from stores.common.once import OnceMap
 if TYPE_CHECKING:
     from pytest_backintel.evidence.query_channel import SessionSource
 
-__all__ = ["DataProbe", "Probes", "PythonFactory"]
+__all__ = [
+    "PROBE_TIME_FLOOR_S",
+    "PROBE_TIME_MULTIPLE",
+    "DataProbe",
+    "ProbeTimeout",
+    "Probes",
+    "PythonFactory",
+    "probe_limit",
+]
+
+PROBE_TIME_MULTIPLE = 10.0
+PROBE_TIME_FLOOR_S = 10.0
+"""A statement on a probe may run `PROBE_TIME_MULTIPLE` times what the same evidence took on
+the source, and never less than `PROBE_TIME_FLOOR_S` (where the backend lets a session's limit
+move, `StoreSession.set_time_limit`; elsewhere the store's own limit holds)."""
+
+
+def probe_limit(source_s: float) -> float:
+    """The limit on a probe statement for evidence that took `source_s` on the source."""
+    return max(PROBE_TIME_FLOOR_S, PROBE_TIME_MULTIPLE * source_s)
+
+
+class ProbeTimeout(StoreError):
+    """A probe query ran past its limit: the harness could not check the answer, which is
+    neither passed nor failed for it (the trial ends `infra_error`, blocked)."""
+
 
 PythonFactory = Callable[[Path | None, "SessionSource | None"], Callable[[str], Any] | None]
 """Given a store's mount path and a source of its sessions (the query channel's), a runner for
@@ -62,12 +88,14 @@ class DataProbe:
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def session(self) -> Iterator[StoreSession]:
+    def session(self, limit_s: float | None = None) -> Iterator[StoreSession]:
         """A read-only session on the probe, used by one caller at a time: an idle one or a
-        new one. One whose statement raised is closed, not reused."""
+        new one, its statements allowed `limit_s` (None: the floor, `PROBE_TIME_FLOOR_S`).
+        One whose statement raised is closed, not reused."""
         with self._lock:
             session = self._idle.pop() if self._idle else None
         session = session if session is not None else self.store.connect()
+        session.set_time_limit(probe_limit(0.0) if limit_s is None else limit_s)
         try:
             yield session
         except BaseException:
@@ -86,8 +114,12 @@ class DataProbe:
             self._runner.append(self._python(self.store.mount_path, self.session))
         return self._runner[0]
 
-    def check(self, scenario: Scenario) -> tuple[dict[str, Any], str | None]:
-        """The evaluator's check values on the perturbed copy, or a reason they are unknown."""
+    def check(
+        self, scenario: Scenario, limit_s: float | None = None
+    ) -> tuple[dict[str, Any], str | None]:
+        """The evaluator's check values on the perturbed copy, or a reason they are unknown;
+        `ProbeTimeout` (not kept: the next trial tries again) when the check query runs past
+        `limit_s` (`session`)."""
         key = (scenario.id, scenario.version)
         if key not in self._checks:
             if not scenario.check_sql:
@@ -96,22 +128,33 @@ class DataProbe:
                 kinds = {m.name: m.kind for m in scenario.metrics}
                 try:
                     sql = translate(scenario.check_sql, self.dialect)
-                    with self.session() as session:
+                    with self.session(limit_s) as session:
                         result = session.run_sql(sql, max_rows=EVIDENCE_MAX_ROWS)
                     values, problems = values_from_result(result, list(kinds), kinds)
                     error = "; ".join(f"{k}: {v}" for k, v in problems.items()) or None
+                except QueryTimeout as exc:
+                    raise ProbeTimeout(
+                        f"the check query did not finish on the perturbed copy of the data: "
+                        f"{exc}. The harness could not check the answer, so the trial is "
+                        "blocked (infra_error), not failed; run it again with --retry-blocked"
+                    ) from exc
                 except (QueryError, ValueError) as exc:
                     values, error = {}, f"the check query failed on the probe: {exc}"
                 self._checks[key] = (values, error)
         return self._checks[key]
 
     def gaps(self, scenario: Scenario) -> list[str]:
-        """What this probe cannot check for `scenario`: the tables it keeps whole, and why
-        the check values are unknown when they are (then no evidence is checked on it)."""
-        _, unknown = self.check(scenario)
-        if unknown is None:
-            return list(self.notes)
-        return [*self.notes, f"evidence is not checked against moved data: {unknown}"]
+        """What this probe cannot move for `scenario`: the tables it keeps whole, and why."""
+        return list(self.notes)
+
+    def unguarded(self, scenario: Scenario) -> str | None:
+        """Why evidence of `scenario` was not checked against moved data here, when evidence
+        reached this probe and the check values there are unknown (the check query failed or
+        gave no value, or the scenario has none); else None."""
+        found = self._checks.get((scenario.id, scenario.version))
+        if found is None or found[1] is None:
+            return None
+        return f"evidence is not checked against moved data: {found[1]}"
 
     def close(self) -> None:
         with self._lock:

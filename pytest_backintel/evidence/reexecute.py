@@ -28,7 +28,7 @@ from pytest_backintel.evidence.predictions_table import compare_predictions
 from pytest_backintel.evidence.values import EVIDENCE_MAX_ROWS, jsonable, values_from_result
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.tolerance import compare_metric, reproduces
-from stores.base import ProvisionedStore, QueryError, StoreSession
+from stores.base import ProvisionedStore, QueryError, QueryTimeout, StoreSession
 
 if TYPE_CHECKING:
     from pytest_backintel.evidence.probe import DataProbe
@@ -115,7 +115,8 @@ class EvidenceResult:
     details: dict[str, str] = field(default_factory=dict)
     probes: list[dict[str, Any]] = field(default_factory=list)
     """Per data probe run: `probe` (1-based), `values` the evidence gave there, `expected`
-    what the data gives there, `followed` per metric, `error` when it failed to run."""
+    what the data gives there, `followed` per metric, `seconds` it took there, `error` when it
+    failed to run."""
 
     @property
     def ok(self) -> bool:
@@ -165,16 +166,36 @@ def _run_one(
 
 
 def _follows_data(
-    res: EvidenceResult, item: Evidence, scenario: Scenario, probe: DataProbe, number: int
+    res: EvidenceResult,
+    item: Evidence,
+    scenario: Scenario,
+    probe: DataProbe,
+    number: int,
+    source_s: float = 0.0,
 ) -> None:
-    """Run `item` on the probe; a cited value that is not what the data gives there fails."""
-    expected, unknown = probe.check(scenario)
+    """Run `item` on the probe; a cited value that is not what the data gives there fails.
+    Its statements (and the check query's) may run a multiple of the `source_s` the item took
+    on the source (`probe_limit`); past that the trial is blocked (`ProbeTimeout`), not failed."""
+    from pytest_backintel.evidence.probe import ProbeTimeout, probe_limit
+
+    limit = probe_limit(source_s)
+    expected, unknown = probe.check(scenario, limit)
     if unknown is not None:
         res.probes.append({"probe": number, "skipped": unknown})
-        return  # the evaluator's own query cannot say; the harness, not the analyst, is short
+        return  # the evaluator's own query cannot say; the trial is marked unguarded
+    started = time.monotonic()
     try:
         python = probe.python() if item.kind == "python" else None  # a probe's file is built
-        values, problems = _run_one(item, scenario, probe.session, python)  # only for Python
+        values, problems = _run_one(  # only for Python
+            item, scenario, lambda: probe.session(limit), python
+        )
+    except QueryTimeout as exc:
+        raise ProbeTimeout(
+            f"evidence {item.id} did not finish on perturbed copy {number} of the data (it "
+            f"took {source_s:.3g} s on the source): {exc}. The harness could not check the "
+            "answer, so the trial is blocked (infra_error), not failed; run it again with "
+            "--retry-blocked"
+        ) from exc
     except (QueryError, EvidenceRunError) as exc:
         res.probes.append({"probe": number, "error": str(exc)[:2000]})
         for name in item.metrics:
@@ -188,6 +209,7 @@ def _follows_data(
             "values": jsonable({m: values.get(m) for m in item.metrics}),
             "expected": jsonable({m: expected.get(m) for m in item.metrics}),
             "followed": followed,
+            "seconds": round(time.monotonic() - started, 4),
         }
     )
     for name in item.metrics:
@@ -219,7 +241,9 @@ def _check_one(
 ) -> None:
     """Run one evidence item, compare its output with the answer, then on every probe."""
     with store.connect() as session:  # one session for the statement and its plan
+        started = time.monotonic()
         values, problems = _run_one(item, scenario, lambda: nullcontext(session), python)
+        source_s = time.monotonic() - started
         reads_nothing = item.kind == "sql" and _reads_no_table(session, item.code)
     if reads_nothing:
         raise EvidenceRunError(
@@ -257,7 +281,7 @@ def _check_one(
                 if ok:
                     res.reproduced[name], res.details[name] = False, str(exc)
             return
-        _follows_data(res, item, scenario, probe, number)
+        _follows_data(res, item, scenario, probe, number, source_s)
 
 
 def reexecute(

@@ -23,7 +23,7 @@ import pytest
 from pytest_backintel.options import BenchOptions, analyst_label
 from pytest_backintel.outcomes import BLOCKED
 from pytest_backintel.records.prices import price_warnings
-from pytest_backintel.records.writer import no_usage_warning, probe_warnings
+from pytest_backintel.records.writer import no_usage_warning, probe_warnings, unguarded_lines
 
 __all__ = [
     "COLUMNS",
@@ -102,7 +102,10 @@ def summary_lines(
     if warning := no_usage_warning(unmetered):
         lines.append(f"backintel: WARNING: {warning}")
     lines += [f"backintel: WARNING: {w}" for w in probe_warnings(list(records))]
-    return [*lines, f"backintel: records in {run_dir}"]
+    lines += unguarded_lines(list(records))
+    unguarded = sum(1 for r in records if r.get("probe_unguarded"))
+    last = f"backintel: records in {run_dir}"
+    return [*lines, last + (f"; {unguarded} trial(s) UNGUARDED" if unguarded else "")]
 
 
 def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:

@@ -114,6 +114,7 @@ def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "usage_unreported_trials": unmetered,
         "warnings": ([w] if (w := no_usage_warning(unmetered)) else []) + probe_warnings(records),
         "probe_gaps": sorted({g for r in records for g in r.get("probe_gaps") or []}),
+        "unguarded_trials": sum(1 for r in records if r.get("probe_unguarded")),
     }
 
 

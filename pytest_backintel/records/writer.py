@@ -254,3 +254,20 @@ def probe_warnings(records: list[dict[str, Any]]) -> list[str]:
         f"is not checked against moved data: {'; '.join(sorted(found))}"
         for world, found in sorted(gaps.items())
     ]
+
+
+def unguarded_warning(reason: str) -> str:
+    """A trial's own warning when its evidence was not checked against moved data."""
+    return f"UNGUARDED: {reason}; a literal in it would not have been caught"
+
+
+def unguarded_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The terminal's line on trials whose evidence was not checked against moved data."""
+    found = [r for r in records if r.get("probe_unguarded")]
+    if not found:
+        return []
+    why = sorted({str(r["probe_unguarded"]) for r in found})
+    return [
+        f"backintel: UNGUARDED: {len(found)} trial(s) whose evidence was not checked against "
+        f"moved data (the check query failed on a data probe): {'; '.join(why)}"
+    ]

@@ -46,6 +46,8 @@ class HandScorer:
         self.probes = Probes(lambda: data_dir / "perturbed")
         self.probe_gaps: list[str] = []
         """The tables the last answer's data probes kept whole, with why."""
+        self.probe_unguarded: str | None = None
+        """Why the last answer's evidence was not checked against moved data, if it was not."""
         self._sandboxes: SandboxProvider | None = None
         self._stores: dict[tuple[str, str], ProvisionedStore] = {}
         self._files: dict[tuple[str, str], tuple[DatasetFiles, str]] = {}
@@ -118,6 +120,8 @@ class HandScorer:
                 output, scenario, store, self._python(store.mount_path, store.connect), probes
             )
             self.probe_gaps = sorted({gap for probe in probes for gap in probe.gaps(scenario)})
+            unguarded = sorted({u for probe in probes if (u := probe.unguarded(scenario))})
+            self.probe_unguarded = "; ".join(unguarded) or None
         reference = self.reference(scenario, manifest)
         if scenario.prediction is not None and isinstance(output, AnalystAnswer):
             permuted, perturbed = (

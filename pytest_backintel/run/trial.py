@@ -34,7 +34,7 @@ from pytest_backintel.evidence.reexecute import (
 )
 from pytest_backintel.evidence.values import jsonable
 from pytest_backintel.outcomes import Outcome
-from pytest_backintel.records.writer import NO_USAGE_TRIAL
+from pytest_backintel.records.writer import NO_USAGE_TRIAL, unguarded_warning
 from pytest_backintel.run.scope import observed_reads
 from pytest_backintel.run.watchdog import WatchdogTimeout, run_with_limit
 from pytest_backintel.scenario import Scenario
@@ -76,6 +76,9 @@ class TrialResult:
     """What of the analyst's reads could not be observed on this backend."""
     probe_gaps: list[str] = field(default_factory=list)
     """The tables the data probes keep whole (`DataProbe.notes`), when evidence ran on them."""
+    probe_unguarded: str | None = None
+    """Why the answer's evidence was not checked against moved data (the check query failed
+    on a probe), else None: the trial is counted and shown as unguarded."""
 
     def to_record(self) -> dict[str, Any]:
         """The JSON-safe part of a run record that describes this trial."""
@@ -101,8 +104,10 @@ class TrialResult:
             "evidence": [e.to_json() for e in self.evidence],
             "evidence_budget": self.evidence_budget,
             "usage": run.usage.to_json() if run else None,
-            "warnings": [NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else [],
+            "warnings": ([NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else [])
+            + ([unguarded_warning(self.probe_unguarded)] if self.probe_unguarded else []),
             "probe_gaps": self.probe_gaps,
+            "probe_unguarded": self.probe_unguarded,
             "tool_calls": run.tool_calls if run else [],
             "provider_retries": run.provider_retries if run else [],
             "messages": run.messages if run else [],
@@ -267,6 +272,8 @@ def run_trial(
                     clock,
                 )
                 result.probe_gaps = sorted({g for probe in chosen for g in probe.gaps(scenario)})
+                unguarded = sorted({u for p in chosen if (u := p.unguarded(scenario))})
+                result.probe_unguarded = "; ".join(unguarded) or None
                 if scenario.prediction is not None and permuted is not None:
                     for check in CHECKS:
                         reruns[check] = permutation_run(

@@ -87,7 +87,8 @@ def write_done(folder: Path, source: str, salt: int, notes: list[str]) -> None:
 
 def build_once(cache_dir: Path, final: Path, build: Callable[[Path], None]) -> None:
     """Build the folder `final` under `cache_dir` once (xdist-safe): `build` fills a temporary
-    folder, which must end up holding `DONE_FILE`, renamed into place under a file lock."""
+    folder, which must end up holding `DONE_FILE`, renamed into place under a file lock (which
+    also removes what a builder killed mid-build left: only the lock's holder builds)."""
     if (final / DONE_FILE).is_file():
         return
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -95,6 +96,8 @@ def build_once(cache_dir: Path, final: Path, build: Callable[[Path], None]) -> N
         if not (final / DONE_FILE).is_file():
             if final.exists():
                 shutil.rmtree(final)
+            for dead in cache_dir.glob(f".{final.name}.tmp-*"):  # a builder killed mid-build
+                shutil.rmtree(dead, ignore_errors=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=cache_dir))
             tmp.chmod(0o755)
             try:

@@ -4,6 +4,7 @@ by the shared planner (`stores.common.view_plan.plan_tables`) over SQLite's cata
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 from urllib.parse import quote
@@ -25,6 +26,10 @@ from stores.sqlite.probe import SQLiteProbeStore, materialise
 from stores.sqlite.source import SQLiteSourceStore
 
 __all__ = ["SQLITE_VIEWS", "SQLiteCatalog", "sqlite_plan", "sqlite_view_probe"]
+
+COPY_ROOM = 3
+"""A SQLite probe's copy is written only while the cache's disk has this many times the
+source's size free; else its sessions stay on the views."""
 
 
 class SQLiteCatalog(SqlCatalog):
@@ -70,8 +75,9 @@ def sqlite_view_probe(
     notes: list[str],
 ) -> SQLiteProbeStore:
     """The probe of a SQLite source for `salt`: sessions read TEMP views over the source;
-    Python evidence gets the same tables written to a file under `cache_dir`, built on its
-    first use and kept while the source's data hash is the same (xdist-safe)."""
+    the same tables are written to a file under `cache_dir` in the background (when the disk
+    has `COPY_ROOM` times the source free), kept while the source's data hash is the same
+    (xdist-safe), and read by Python evidence and by every session opened once it is there."""
     assert isinstance(store, SQLiteSourceStore)
     assert data_hash is not None
     source = store.source_file(files)
@@ -86,7 +92,10 @@ def sqlite_view_probe(
         return final / "data.sqlite"
 
     timeout = store.statement_timeout_s
-    return SQLiteProbeStore(source, new_store_id(), timeout, plan, salt, materialised)
+    room = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
+    roomy = shutil.disk_usage(room).free
+    copy = roomy > COPY_ROOM * source.stat().st_size
+    return SQLiteProbeStore(source, new_store_id(), timeout, plan, salt, materialised, copy)
 
 
 def _sqlite_plan_of(store: Store, files: DatasetFiles) -> Plans:

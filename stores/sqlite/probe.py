@@ -1,10 +1,11 @@
-"""A perturbed SQLite dataset without a copy: TEMP views over the source, per session.
+"""A perturbed SQLite dataset: TEMP views over the source per session, or a copy of them.
 
 Each session opens the source read-only and creates, in its own TEMP schema, one view per
 table under the table's name: SQLite resolves an unqualified name to TEMP first, so every
 query reads the view. A view keeps the table's columns in order; it drops the rows whose
-entity key hashes into one bucket of `DROP_ONE_IN` (`bi_keep`, a function registered on the
-connection), the rows whose foreign key points at a dropped row (a semi-join on the parent's
+entity key hashes into one bucket of `DROP_ONE_IN` (`keep_sql`: SQLite's own integer
+arithmetic on an integer key, `bi_hash`, a function registered on the connection, on any
+other), the rows whose foreign key points at a dropped row (a semi-join on the parent's
 view, so drops follow the keys to a fixpoint) and scales numeric columns by a factor between
 1.0625 and 1.5 that varies with the value. The views read the source attached a second time
 under an opaque per-session name, and every read of `main` (the source as the session opened
@@ -12,13 +13,15 @@ it) is refused by the authorizer, so a schema-qualified name cannot bypass the p
 Building a session costs the same at 1 MB and 10 GB: nothing is read until a query runs.
 
 `materialise` writes the same views into a SQLite file (streamed by SQLite, in bounded
-memory) for what must see a file: Python evidence in a sandbox.
+memory): Python evidence reads it, and so does every session of a probe built with
+`copy_in_background` (a query there costs what it costs on the source).
 """
 
 from __future__ import annotations
 
 import secrets
 import sqlite3
+import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -41,10 +44,36 @@ __all__ = [
 ]
 
 
-def keep(salt: int, *values: Any) -> int:
-    """1 for a row to keep, 0 for one of the `DROP_ONE_IN` dropped (deterministic)."""
-    digest = zlib.crc32(repr((salt, *values)).encode())
-    return int((digest * 2654435761 >> 7) % DROP_ONE_IN != 0)
+_P = 2147483647
+"""The prime 2**31 - 1: every product below stays under 2**63, in SQLite's integers."""
+
+
+def text_hash(value: Any) -> int:
+    """A non-integer key value's hash in [0, 2**31 - 1) (`bi_hash`, called only for them)."""
+    return zlib.crc32(repr(value).encode()) % _P
+
+
+def _mixed(terms: list[str], salt: int) -> str:
+    """SQL for an integer hash of `terms` (each in [0, _P)): a Lehmer step per term, then a
+    square modulo the prime, so neighbouring keys fall in unrelated buckets."""
+    h = str(salt * 7919 + 12345)
+    for term in terms:
+        h = f"(({h}) * 48271 + {term}) % {_P}"
+    return f"(((({h}) * ({h}) + {salt * 104729}) % {_P}) >> 11)"
+
+
+def keep_sql(columns: list[str], salt: int) -> str:
+    """SQL that is true for a row to keep and false for one of the `DROP_ONE_IN` dropped,
+    in SQLite's own arithmetic (an integer key costs a few opcodes, no Python call); a key
+    value of another type goes through `bi_hash`."""
+    terms = []
+    for column in columns:
+        c = quote_ident(column)
+        terms.append(
+            f"CASE WHEN typeof({c}) = 'integer' THEN (({c} % {_P}) + {_P}) % {_P} "
+            f"ELSE bi_hash({c}) END"
+        )
+    return f"({_mixed(terms, salt)} % {DROP_ONE_IN} != 0)"
 
 
 def _scaled(column: str, n: int, salt: int) -> str:
@@ -72,7 +101,7 @@ def view_statements(plans: dict[str, TablePlan], salt: int, source: str = "main"
                 select.append(quote_ident(column))
         where = []
         if plan.key:
-            where.append(f"bi_keep({salt}, {', '.join(quote_ident(c) for c in plan.key)})")
+            where.append(keep_sql(plan.key, salt))
         for cols, parent, pcols in plan.parents:
             nulls = " OR ".join(f"{quote_ident(c)} IS NULL" for c in cols)
             match = " AND ".join(
@@ -107,7 +136,7 @@ class SQLiteProbeSession(SQLiteSession):
             conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 1)
             conn.execute(f"ATTACH ? AS {alias}", (f"file:{quote(str(path.resolve()))}?mode=ro",))
             conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-            conn.create_function("bi_keep", -1, keep, deterministic=True)
+            conn.create_function("bi_hash", 1, text_hash, deterministic=True)
             conn.execute("PRAGMA query_only = OFF")
             for statement in view_statements(plans, salt, alias):
                 conn.execute(statement)
@@ -130,7 +159,13 @@ class SQLiteProbeSession(SQLiteSession):
 
 class SQLiteProbeStore(ViewProbeStore):
     """The probe of one SQLite file and salt: sessions with the views, and (on first use of
-    `mount_path`) a materialised file for Python evidence, built by `materialise_to`."""
+    `mount_path`) a materialised file for Python evidence, built by `materialise_to`.
+
+    With `copy_in_background`, that file is built at once on a thread of its own (SQLite
+    streams it, in bounded memory, cached by the source's data hash so every worker and run
+    reuses it; the probe is made while the analyst works) and every session reads the file: a query
+    there costs what it costs on the source (views cost a few times that, as SQLite computes
+    the drops and the rescaling on every row the query reads)."""
 
     backend = "sqlite"
 
@@ -142,6 +177,7 @@ class SQLiteProbeStore(ViewProbeStore):
         plans: dict[str, TablePlan],
         salt: int,
         materialise_to: Callable[[], Path] | None = None,
+        copy_in_background: bool = False,
     ) -> None:
         self.store_id = store_id
         self._path = path
@@ -149,32 +185,63 @@ class SQLiteProbeStore(ViewProbeStore):
         self._plans = plans
         self._salt = salt
         super().__init__(materialise_to)
-        self._sessions: list[SQLiteProbeSession] = []
+        self._sessions: list[SQLiteSession] = []
+        self._copy: Path | None = None
+        self._copying: threading.Thread | None = None
+        if copy_in_background and materialise_to is not None:
+            self._copying = threading.Thread(
+                target=self._make_copy, name="backintel-probe-copy", daemon=True
+            )
+            self._copying.start()
 
     def columns_read(self, sql: str) -> dict[str, set[str]] | None:
         """What SQLite's authorizer sees read preparing `sql` on the file (`columns_read`)."""
         path = self.mount_path
         return None if path is None else columns_read(path, sql)
 
-    def connect(self) -> SQLiteProbeSession:
-        session = SQLiteProbeSession(self._path, self._timeout_s, self._plans, self._salt)
+    def _make_copy(self) -> None:
+        try:
+            copy = self.mount_path
+        except Exception:  # the views serve every session instead
+            return
+        self._copy = copy
+
+    @property
+    def copied(self) -> bool:
+        """Whether sessions now read the materialised copy rather than the views."""
+        return self._copy is not None
+
+    def connect(self) -> SQLiteSession:
+        """A session on the copy once it is built (waiting for the build under way, so every
+        trial reads the same data the same way), else on the views."""
+        if self._copying is not None:
+            self._copying.join()
+        session: SQLiteSession
+        if self._copy is not None:
+            session = SQLiteSession(self._copy, self._timeout_s)
+        else:
+            session = SQLiteProbeSession(self._path, self._timeout_s, self._plans, self._salt)
         self._sessions.append(session)
         return session
 
     def teardown(self) -> None:
+        """Close the sessions; a copy under way is finished first (the next run reuses it;
+        a process that ended mid-copy would leave half a file behind)."""
         for session in self._sessions:
             session.close()
         self._sessions.clear()
+        if self._copying is not None:
+            self._copying.join()
 
 
 def materialise(source: Path, plans: dict[str, TablePlan], salt: int, dest: Path) -> None:
-    """Write the perturbed tables into a new SQLite file `dest` with the source's own table
-    and index definitions, streamed by SQLite (bounded memory)."""
+    """Write the perturbed tables into a new SQLite file `dest` with the source's own table,
+    index and view definitions, streamed by SQLite (bounded memory)."""
     src = sqlite3.connect(f"file:{quote(str(source.resolve()))}?mode=ro", uri=True)
     try:
         schema = src.execute(
             "SELECT type, name, sql FROM sqlite_schema WHERE sql IS NOT NULL "
-            "AND name NOT LIKE 'sqlite_%' AND type IN ('table', 'index')"
+            "AND name NOT LIKE 'sqlite_%' AND type IN ('table', 'index', 'view')"
         ).fetchall()
     finally:
         src.close()
@@ -185,7 +252,7 @@ def materialise(source: Path, plans: dict[str, TablePlan], salt: int, dest: Path
             if kind == "table":
                 out.execute(sql)
         out.execute("ATTACH ? AS bi_source", (f"file:{quote(str(source.resolve()))}?mode=ro",))
-        out.create_function("bi_keep", -1, keep, deterministic=True)
+        out.create_function("bi_hash", 1, text_hash, deterministic=True)
         for statement in view_statements(plans, salt, "bi_source"):
             out.execute(statement)
         out.execute("BEGIN")
@@ -195,7 +262,7 @@ def materialise(source: Path, plans: dict[str, TablePlan], salt: int, dest: Path
                 out.execute(f"INSERT INTO main.{q} SELECT * FROM temp.{q}")
         out.execute("COMMIT")
         for kind, _, sql in schema:
-            if kind == "index":
+            if kind in ("index", "view"):
                 out.execute(sql)
     finally:
         out.close()

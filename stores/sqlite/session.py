@@ -79,6 +79,10 @@ class SQLiteSession(StoreSession):
         self._denials.append(reason)
         return sqlite3.SQLITE_DENY
 
+    def set_time_limit(self, seconds: float) -> float:
+        self._timeout_s = seconds
+        return seconds
+
     def _progress(self) -> int:
         if time.monotonic() > self._deadline:
             self._timed_out = True

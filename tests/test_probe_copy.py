@@ -1,0 +1,75 @@
+"""A SQLite probe's copy, written once in the background: its sessions give what the views give
+(the same rows dropped, the same numbers moved), the source's own views come along, and a
+builder killed mid-copy leaves nothing the next build keeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_probe_keys import write_sqlite
+
+from stores.common.view_plan import DONE_FILE, build_once
+from stores.sqlite.perturb_views import sqlite_plan
+from stores.sqlite.probe import SQLiteProbeStore, materialise
+
+QUERIES = (
+    "SELECT COUNT(*) FROM Invoice",
+    "SELECT COUNT(*) FROM Customer",
+    "SELECT COUNT(*) FROM InvoiceLine",
+    "SELECT ROUND(SUM(Total), 6) FROM Invoice",
+    "SELECT BillingCountry, COUNT(*), ROUND(SUM(Total), 6) FROM Invoice GROUP BY 1 ORDER BY 1",
+)
+
+
+def _probe(db: Path, dest: Path, salt: int, copy: bool) -> SQLiteProbeStore:
+    plans, _ = sqlite_plan(db)
+    out = dest / f"copy-{salt}.sqlite"
+
+    def materialised() -> Path:
+        if not out.exists():
+            materialise(db, plans, salt, out)
+        return out
+
+    return SQLiteProbeStore(db, f"p{salt}", 10.0, plans, salt, materialised, copy)
+
+
+def test_the_copy_reads_as_the_views_and_moves_the_data(tmp_path: Path) -> None:
+    db = tmp_path / "chinook.sqlite"
+    write_sqlite(db)
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    con.execute("CREATE VIEW usa AS SELECT * FROM Invoice WHERE BillingCountry = 'USA'")
+    con.commit()
+    source = {q: con.execute(q).fetchall() for q in QUERIES}
+    con.close()
+    for salt in (1, 2):
+        views, copied = _probe(db, tmp_path, salt, False), _probe(db, tmp_path, salt, True)
+        try:
+            with views.connect() as a, copied.connect() as b:
+                assert copied.copied
+                assert not views.copied
+                for q in QUERIES:
+                    assert a.run_sql(q).rows == b.run_sql(q).rows, q
+                    assert b.run_sql(q).rows != source[q], q
+                assert b.run_sql("SELECT COUNT(*) FROM usa").rows[0][0] > 0
+        finally:
+            views.teardown()
+            copied.teardown()
+
+
+def test_a_builder_killed_mid_build_leaves_nothing_behind(tmp_path: Path) -> None:
+    final = tmp_path / "probe-v1"
+    dead = tmp_path / ".probe-v1.tmp-abc123"
+    dead.mkdir()
+    (dead / "data.sqlite").write_bytes(b"half a file")
+    other = tmp_path / ".another-v1.tmp-abc123"
+    other.mkdir()
+
+    def build(tmp: Path) -> None:
+        (tmp / DONE_FILE).write_text("{}")
+
+    build_once(tmp_path, final, build)
+    assert (final / DONE_FILE).is_file()
+    assert not dead.exists()
+    assert other.exists(), "another probe's build is not this one's to remove"
