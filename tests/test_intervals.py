@@ -34,9 +34,9 @@ def test_rate_interval_covers_the_true_rate_and_the_naive_one_does_not() -> None
     y = rng.random((RUNS, CASES, TRIALS)) < p[..., None]
     means = y.mean(axis=2)
     _, low, high = cluster_bounds(means)
-    covered = (np.clip(low, 0, 1) <= 0.5) & (0.5 <= np.clip(high, 0, 1))
+    covered = (np.clip(low, 0, 1) <= 0.5) & (np.clip(high, 0, 1) >= 0.5)
     naive_low, naive_high = wilson_bounds(y.sum(axis=(1, 2)), CASES * TRIALS)
-    naive = (naive_low <= 0.5) & (0.5 <= naive_high)
+    naive = (naive_low <= 0.5) & (naive_high >= 0.5)
     assert 0.93 <= covered.mean() <= 0.97, covered.mean()
     assert naive.mean() < 0.90, naive.mean()
     for run in range(25):  # the function a report calls is the vectorised core
@@ -105,15 +105,22 @@ def test_one_trial_is_wilson_and_degenerate_designs_say_so() -> None:
     assert (got.low, got.high) == pytest.approx((0.3006418, 0.9544127), abs=1e-6)
     assert got.text() == "0.75 [0.30, 0.95] (Wilson 95%)"
     every = rate_interval({"a": [True] * 3, "b": [True] * 3})
-    assert every.estimate == 1.0 and every.high == 1.0 and every.low is not None
-    assert every.low < 1.0 and "every case alike" in every.method
+    assert every.estimate == 1.0
+    assert every.high == 1.0
+    assert every.low is not None
+    assert every.low < 1.0
+    assert "every case alike" in every.method
     nothing = rate_interval({"a": []})
-    assert nothing.estimate is None and nothing.text() == "n/a"
+    assert nothing.estimate is None
+    assert nothing.text() == "n/a"
     one = rate_interval({"a": [True, False, True, True]})
     assert "Wilson over 4 trials of 1 case" in one.method
     same = paired_difference({"a": [True], "b": [False]}, {"a": [True], "b": [False]})
-    assert same.estimate == 0 and same.low is not None and same.high is not None
-    assert same.low < 0 < same.high and "no case differs" in same.method
+    assert same.estimate == 0
+    assert same.low is not None
+    assert same.high is not None
+    assert same.low < 0 < same.high
+    assert "no case differs" in same.method
     with pytest.raises(ValueError, match="confidence"):
         rate_interval({"a": [True]}, confidence=1.5)
 
@@ -121,7 +128,9 @@ def test_one_trial_is_wilson_and_degenerate_designs_say_so() -> None:
 def test_mean_interval_for_pass_k_values() -> None:
     got = mean_interval({"a": 1.0, "b": 0.0, "c": 0.5, "d": 1.0})
     assert got.estimate == pytest.approx(0.625)
-    assert got.method == "t over 4 cases, 95%" and got.low == 0.0 and got.high == 1.0
+    assert got.method == "t over 4 cases, 95%"
+    assert got.low == 0.0
+    assert got.high == 1.0
 
 
 outcome_maps = st.dictionaries(
@@ -139,12 +148,17 @@ def test_rate_interval_properties(outcomes: dict[str, list[bool]], confidence: f
     a higher confidence never gives a narrower interval."""
     got = rate_interval(outcomes, confidence)
     assert got.estimate == pytest.approx(np.mean([np.mean(v) for v in outcomes.values()]))
-    assert got.low is not None and got.high is not None
-    assert 0 <= got.low <= got.estimate + 1e-12 and got.estimate - 1e-12 <= got.high <= 1
+    assert got.low is not None
+    assert got.high is not None
+    assert 0 <= got.low <= got.estimate + 1e-12
+    assert got.estimate - 1e-12 <= got.high <= 1
     wider = rate_interval(outcomes, 0.995)
-    assert wider.low is not None and wider.high is not None
-    assert wider.low <= got.low + 1e-12 and wider.high >= got.high - 1e-12
-    assert got.cases == len(outcomes) and got.trials == sum(map(len, outcomes.values()))
+    assert wider.low is not None
+    assert wider.high is not None
+    assert wider.low <= got.low + 1e-12
+    assert wider.high >= got.high - 1e-12
+    assert got.cases == len(outcomes)
+    assert got.trials == sum(map(len, outcomes.values()))
 
 
 @settings(max_examples=150, deadline=None)
@@ -154,11 +168,15 @@ def test_paired_difference_properties(a: dict[str, list[bool]], b: dict[str, lis
     inside it and within [-1, 1]; the detectable size is positive."""
     forward, back = paired_difference(a, b), paired_difference(b, a)
     if not set(a) & set(b):
-        assert forward.estimate is None and forward.detectable() is None
+        assert forward.estimate is None
+        assert forward.detectable() is None
         return
     assert forward.estimate == pytest.approx(-(back.estimate or 0.0))
-    assert forward.low is not None and forward.high is not None and back.high is not None
+    assert forward.low is not None
+    assert forward.high is not None
+    assert back.high is not None
     assert forward.low == pytest.approx(-back.high)
     assert -1 <= forward.low <= forward.estimate + 1e-12 <= forward.high + 2e-12 <= 1 + 2e-12
     detectable = forward.detectable()
-    assert detectable is not None and detectable > 0
+    assert detectable is not None
+    assert detectable > 0
