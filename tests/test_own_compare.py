@@ -334,7 +334,8 @@ def test_pass_k_and_blocked_cases_of_an_own_suite(tmp_path: Path) -> None:
     assert result.suites == []  # no shipped split: nothing decided by the promotion rule
     (verdict,) = result.verdicts
     assert (verdict.suite, verdict.verdict, result.ok) == ("shop", NO_DIFFERENCE, True)
-    assert verdict.difference is not None and verdict.difference.estimate == 0.25
+    assert verdict.difference is not None
+    assert verdict.difference.estimate == 0.25
     assert [c.change for c in verdict.cases] == ["fixed", "both_pass", "blocked"]
     assert verdict.notes[0] == "left out, not measured in both runs: c"
     assert (verdict.baseline_pass_rate, verdict.candidate_pass_rate) == (2 / 3, 1.0)
