@@ -75,7 +75,6 @@ def summary_lines(
     family, why the run stopped early, unmeasured usage, and where the records are."""
     if not outcomes:
         return []
-    from pytest_backintel.records.tally import DIMENSIONS, tally
 
     counts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
     lines = [f"backintel: {counts}"]
@@ -85,6 +84,26 @@ def summary_lines(
             f"backintel: {blocked} blocked (infra_error, provider_error): not the analyst's "
             "fault, not counted as failed answers"
         )
+    lines += _rate_lines(records)
+    if stop_message:
+        lines.append(f"backintel: STOPPED: {stop_message}")
+    unmetered = sum(1 for r in records if (r.get("usage") or {}).get("tokens_reported") is False)
+    if warning := no_usage_warning(unmetered):
+        lines.append(f"backintel: WARNING: {warning}")
+    lines += [f"backintel: WARNING: {w}" for w in probe_warnings(list(records))]
+    return [*lines, f"backintel: records in {run_dir}"]
+
+
+def _rate_lines(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Pass rates with their 95% intervals: overall, by split, level and family; pass^k."""
+    if not records:
+        return []
+    from pytest_backintel.records.intervals import rate_interval
+    from pytest_backintel.records.rates import outcomes_by_case, pass_k_intervals
+    from pytest_backintel.records.tally import DIMENSIONS, tally
+
+    overall = rate_interval(outcomes_by_case(records))
+    lines = [f"backintel: pass rate {overall.percent()}"] if overall.estimate is not None else []
     for dim in ("split", "level", "family"):
         groups: dict[str, list[dict[str, Any]]] = {}
         for record in records:
@@ -93,16 +112,22 @@ def summary_lines(
         for name, group in sorted(groups.items()):
             t = tally(group)
             rate = "n/a" if t.pass_rate is None else f"{t.pass_rate:.0%}"
-            rates.append(f"{name} {t.passed}/{t.attempted} ({rate})")
-        if rates:
-            lines.append(f"backintel: pass rate by {dim}: " + ", ".join(rates))
-    if stop_message:
-        lines.append(f"backintel: STOPPED: {stop_message}")
-    unmetered = sum(1 for r in records if (r.get("usage") or {}).get("tokens_reported") is False)
-    if warning := no_usage_warning(unmetered):
-        lines.append(f"backintel: WARNING: {warning}")
-    lines += [f"backintel: WARNING: {w}" for w in probe_warnings(list(records))]
-    return [*lines, f"backintel: records in {run_dir}"]
+            bounds = rate_interval(outcomes_by_case(group)).bounds("{:.0%}")
+            rates.append(f"{name} {t.passed}/{t.attempted} ({rate}{' ' * bool(bounds)}{bounds})")
+        lines.append(f"backintel: pass rate by {dim}: " + ", ".join(rates))
+    if pass_k := pass_k_intervals(outcomes_by_case(records)):
+        shown = ", ".join(
+            f"k={k} {v.estimate:.2f} {v.bounds('{:.2f}')}".rstrip()
+            for k, v in pass_k.items()
+            if v.estimate is not None
+        )
+        lines.append(f"backintel: pass^k {shown}")
+    if len(lines) > 1:
+        lines.append(
+            "backintel: intervals 95%: Wilson with one trial per case, cluster-robust over cases "
+            "with several (run.json `intervals` has every rate)"
+        )
+    return lines
 
 
 def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:
