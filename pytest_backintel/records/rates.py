@@ -24,8 +24,9 @@ from pytest_backintel.records.tally import DIMENSIONS, NOT_ATTEMPTED
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "bootstrap_over_cases",
-    "case_key",
+    "case_group",
     "outcomes_by_case",
+    "pass_k_by_split",
     "pass_k_intervals",
     "run_intervals",
 ]
@@ -34,7 +35,7 @@ BOOTSTRAP_RESAMPLES = 2000
 Record = dict[str, Any]
 
 
-def case_key(record: Record) -> str:
+def case_group(record: Record) -> str:
     """The case a trial belongs to: `split/scenario_id`."""
     return f"{record.get('split', 'unknown')}/{record.get('scenario_id')}"
 
@@ -47,7 +48,7 @@ def outcomes_by_case(records: Iterable[Record]) -> dict[str, list[bool]]:
     """Per case, whether each attempted trial passed (blocked and not-run trials left out)."""
     out: dict[str, list[bool]] = {}
     for r in _attempted(records):
-        out.setdefault(case_key(r), []).append(r.get("outcome") == "pass")
+        out.setdefault(case_group(r), []).append(r.get("outcome") == "pass")
     return out
 
 
@@ -106,7 +107,7 @@ def _latency(records: list[Record], q: float) -> RateInterval:
     by_case: dict[str, list[float]] = {}
     for r in records:
         if r.get("latency_s") is not None:
-            by_case.setdefault(case_key(r), []).append(float(r["latency_s"]))
+            by_case.setdefault(case_group(r), []).append(float(r["latency_s"]))
     return bootstrap_over_cases(
         [by_case[k] for k in sorted(by_case)], lambda v, _: float(np.percentile(v, q)), ""
     )
@@ -120,7 +121,7 @@ def _cost_per_solved(records: list[Record]) -> RateInterval | None:
         return None
     by_case: dict[str, list[Record]] = {}
     for r in records:
-        by_case.setdefault(case_key(r), []).append(r)
+        by_case.setdefault(case_group(r), []).append(r)
     keys = sorted(by_case)
     solved = [float(all(t.get("outcome") == "pass" for t in by_case[k])) for k in keys]
     spent = [sum(float(t["cost_usd"]) for t in by_case[k]) for k in keys]
@@ -135,13 +136,25 @@ def _cost_per_solved(records: list[Record]) -> RateInterval | None:
     return None if got.estimate is None or not np.isfinite(got.estimate) else got
 
 
+def pass_k_by_split(records: Sequence[Record]) -> dict[str, dict[int, RateInterval]]:
+    """pass^k intervals per split (only splits where some case has several trials)."""
+    splits = sorted({str(r.get("split", "unknown")) for r in records})
+    found = {
+        s: pass_k_intervals(outcomes_by_case(r for r in records if r.get("split", "unknown") == s))
+        for s in splits
+    }
+    return {s: v for s, v in found.items() if v}
+
+
 def run_intervals(records: Sequence[Record]) -> dict[str, Any]:
-    """Every rate of the run with its interval, as JSON (`run.json` `intervals`)."""
+    """Every rate of the run with its interval, as JSON (`run.json` `intervals`): `pass_rate`,
+    `by` (dimension -> group -> interval), `pass_k` (k -> interval, and `pass_k_by_split`),
+    `refusal_accuracy`, `cost_per_solved_usd` and `latency_s` (`p50`, `p90`)."""
     records = list(records)
     attempted = _attempted(records)
     outcomes = outcomes_by_case(records)
     by: dict[str, dict[str, Any]] = {}
-    for dim in ("split", "level", "family", "store"):
+    for dim in DIMENSIONS:
         groups: dict[str, list[Record]] = {}
         for r in records:
             groups.setdefault(DIMENSIONS[dim](r), []).append(r)
@@ -154,6 +167,10 @@ def run_intervals(records: Sequence[Record]) -> dict[str, Any]:
         "pass_rate": rate_interval(outcomes).to_json(),
         "by": by,
         "pass_k": {str(k): v.to_json() for k, v in pass_k_intervals(outcomes).items()},
+        "pass_k_by_split": {
+            split: {str(k): v.to_json() for k, v in values.items()}
+            for split, values in pass_k_by_split(records).items()
+        },
         "refusal_accuracy": rate_interval(refusals).to_json() if refusals else None,
         "cost_per_solved_usd": cost.to_json() if cost else None,
         "latency_s": {f"p{q}": _latency(attempted, q).to_json() for q in (50, 90)},
