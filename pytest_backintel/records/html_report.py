@@ -146,6 +146,31 @@ def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def junit_run_properties(records: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The run's pass rate, overall and per split, with its 95% interval and method: JUnit
+    testsuite properties (`backintel_pass_rate`, `backintel_pass_rate_low`, ..._high,
+    ..._method; the same with `[split]` appended per split)."""
+    from pytest_backintel.records.intervals import rate_interval
+    from pytest_backintel.records.rates import outcomes_by_case
+
+    out = []
+    splits = sorted({str(r.get("split", "unknown")) for r in records})
+    groups = [("", list(records))] + [
+        (f"[{s}]", [r for r in records if str(r.get("split", "unknown")) == s]) for s in splits
+    ]
+    for suffix, group in groups:
+        ci = rate_interval(outcomes_by_case(group))
+        if ci.estimate is None or ci.low is None or ci.high is None:
+            continue
+        out += [
+            (f"backintel_pass_rate{suffix}", f"{ci.estimate:.4f}"),
+            (f"backintel_pass_rate_low{suffix}", f"{ci.low:.4f}"),
+            (f"backintel_pass_rate_high{suffix}", f"{ci.high:.4f}"),
+            (f"backintel_pass_rate_method{suffix}", ci.method),
+        ]
+    return out
+
+
 def _pre(text: str) -> str:
     return f"<pre>{escape(text)}</pre>"
 
