@@ -176,6 +176,8 @@ class RunSummary:
     """split -> k -> pass^k over that split's cases (only where some case has > 1 trial)."""
     intervals: dict[str, Any] = field(default_factory=dict)
     """Every rate with its interval (`pytest_backintel.records.rates.run_intervals`)."""
+    reviews: str | None = None
+    """How many trials a person overrode (`reports.reviews`) and whether they are used."""
 
 
 def _group(

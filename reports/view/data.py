@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from reports.load import Run
+from reports.reviews import reviews_by_trial, trial_key
 from reports.summary import RunSummary, backend_of
 from reports.view.text import CODE_LIMIT, as_text, clip
 from reports.view.transcript import transcript
@@ -239,9 +240,26 @@ def headline(summary: RunSummary) -> dict[str, Any]:
     }
 
 
+def reviewed(record: dict[str, Any], history: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """What a person's reviews add to a trial's row (`reviewed`: the last review's effective
+    outcome) and details (`reviews`: the history); nothing when it has none."""
+    if not history:
+        return {}
+    keep = ("time", "author", "original", "previous", "effective", "reason")
+    return {
+        "reviewed": as_text(history[-1].get("effective")),
+        "reviews": [{k: as_text(h.get(k, "")) for k in keep} for h in history],
+    }
+
+
 def run_rows(run: Run) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The list rows of every trial and each case's question (stored once per case)."""
-    rows = [trial_row(n, r) for n, r in enumerate(run.records)]
+    found = reviews_by_trial(run.path)
+    rows = [
+        trial_row(n, r)
+        | {k: v for k, v in reviewed(r, found.get(trial_key(r))).items() if k == "reviewed"}
+        for n, r in enumerate(run.records)
+    ]
     questions: dict[str, str] = {}
     for record in run.records:
         questions.setdefault(str(record.get("scenario_id")), clip(question_of(record), 2_000))

@@ -100,7 +100,7 @@
   const COLUMNS = [
     ["case", (r) => r.case],
     ["trial", (r) => r.trial],
-    ["outcome", (r) => badge(r.outcome)],
+    ["outcome", (r) => (r.reviewed ? el("span", "", badge(r.outcome), " ", el("span", "badge reviewed", "reviewed: " + r.reviewed)) : badge(r.outcome))],
     ["split", (r) => r.split],
     ["level", (r) => r.level],
     ["family", (r) => r.family],
