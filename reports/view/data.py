@@ -247,7 +247,7 @@ def reviewed(record: dict[str, Any], history: list[dict[str, Any]] | None) -> di
         return {}
     keep = ("time", "author", "original", "previous", "effective", "reason")
     return {
-        "reviewed": as_text(history[-1].get("effective")),
+        "reviewed": as_text(history[-1].get("outcome")),
         "reviews": [{k: as_text(h.get(k, "")) for k in keep} for h in history],
     }
 

@@ -61,6 +61,13 @@
     return el("div", "fact", el("b", "", value), label);
   }
 
+  function reviewedMark(outcome) {
+    // a person's override (reviews.jsonl): short in the list, spelled out on hover
+    const mark = el("span", "badge reviewed", "✎ " + outcome);
+    mark.title = "reviewed by a person: " + outcome + " (the recorded outcome follows)";
+    return mark;
+  }
+
   function renderHeader(index) {
     const h = index.headline;
     $("title").textContent = "Run " + h.run_id + " — " + h.analyst + (h.model ? " / " + h.model : "");
@@ -100,7 +107,7 @@
   const COLUMNS = [
     ["case", (r) => r.case],
     ["trial", (r) => r.trial],
-    ["outcome", (r) => (r.reviewed ? el("span", "", badge(r.outcome), " ", el("span", "badge reviewed", "reviewed: " + r.reviewed)) : badge(r.outcome))],
+    ["outcome", (r) => (r.reviewed ? el("span", "", reviewedMark(r.reviewed), " ", badge(r.outcome)) : badge(r.outcome))],
     ["split", (r) => r.split],
     ["level", (r) => r.level],
     ["family", (r) => r.family],
