@@ -12,7 +12,8 @@ level (default 0.05). The verdict, in this order:
    passed trials minus the baseline's; its (1 - alpha) interval clustered by case, see
    `pytest_backintel.records.intervals`): `better` only when the interval excludes zero on the
    better side, `worse` only when it excludes zero on the worse side; with one trial per case
-   the exact two-sided McNemar test on the discordant pairs must agree (p < alpha);
+   the exact two-sided McNemar p on the discordant pairs is shown beside it, and a note says
+   when it disagrees;
 3. otherwise `no detectable difference`, stating the smallest difference this pair of runs could
    have detected at 80% power and the suite's alpha.
 
@@ -208,22 +209,17 @@ def paired_cases_difference(cases: list[PairedCase], alpha: float) -> PairedDiff
     return paired_difference(before, after, 1 - alpha)
 
 
-def _size_reasons(
-    d: PairedDifference, one_trial: bool, p: float, alpha: float
-) -> tuple[str, list[str]]:
-    """(verdict, reasons) from the paired interval (and McNemar's p with one trial per case)."""
+def _size_reasons(d: PairedDifference, alpha: float) -> tuple[str, list[str]]:
+    """(verdict, reasons) from the paired interval at 1 - alpha."""
     if d.estimate is None or d.low is None or d.high is None:
         return NO_DIFFERENCE, ["no case was measured in both runs"]
     size = f"paired difference {d.text()}"
-    exact = f"; exact McNemar p = {p:.4f}" if one_trial else ""
-    agrees = not one_trial or p < alpha
-    if d.low > 0 and agrees:
-        return BETTER, [f"{size} excludes 0 on the better side{exact} < alpha {alpha:g}"]
-    if d.high < 0 and agrees:
-        return WORSE, [f"{size} excludes 0 on the worse side{exact} < alpha {alpha:g}"]
-    why = "includes 0" if d.low <= 0 <= d.high else f"excludes 0 but{exact[1:]} >= alpha {alpha:g}"
+    if d.low > 0:
+        return BETTER, [f"{size} excludes 0 on the better side"]
+    if d.high < 0:
+        return WORSE, [f"{size} excludes 0 on the worse side"]
     return NO_DIFFERENCE, [
-        f"{size} {why}; the smallest difference these runs could detect at 80% power, "
+        f"{size} includes 0; the smallest difference these runs could detect at 80% power, "
         f"alpha {alpha:g}, is {detectable_text(d.detectable(0.8, alpha))}"
     ]
 
@@ -254,7 +250,7 @@ def decide_paired(
     if reasons := _policy_reasons(cases, policy):
         verdict = WORSE
     else:
-        verdict, reasons = _size_reasons(d, one_trial, p, policy.alpha)
+        verdict, reasons = _size_reasons(d, policy.alpha)
         if d.estimate == 0 and not fixed and not broken and verdict == NO_DIFFERENCE:
             reasons.insert(0, "no case changed between the runs")
         reasons += [f"fixed: {_changed(c)}" for c in fixed]
@@ -264,6 +260,13 @@ def decide_paired(
         notes.append(
             f"every case that changed was {way} ({len(fixed or broken)}), but the difference is "
             "not statistically significant at this many cases and trials"
+        )
+    if one_trial and (fixed or broken) and (verdict == NO_DIFFERENCE) != (p >= policy.alpha):
+        relation = "<" if p < policy.alpha else ">="
+        notes.append(
+            f"exact McNemar p = {p:.4f} {relation} alpha {policy.alpha:g} disagrees with the "
+            "interval: with this few changed cases the two tests differ; more cases or trials "
+            "would tell"
         )
     detectable = d.detectable(0.8, policy.alpha) if d.cases else None
     return SuiteVerdict(

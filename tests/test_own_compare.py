@@ -282,7 +282,7 @@ def summary(case: str, outcome: str) -> CaseSummary:
         ("ppxx", NO_DIFFERENCE),
         ("fb", NO_DIFFERENCE),  # one each way: p = 1
         ("f" * 9 + "b", BETTER),  # p = 0.0215 < 0.05
-        ("f" * 7 + "b", NO_DIFFERENCE),  # interval excludes 0, but McNemar p = 0.0703
+        ("f" * 7 + "b", BETTER),  # +0.75 [+0.16, +1.00]; a note: McNemar p = 0.0703 disagrees
         ("b" * 9 + "f", WORSE),
         ("kp", NO_DIFFERENCE),  # the blocked case is left out and named
     ],
@@ -291,6 +291,8 @@ def test_the_verdict_rule(changes: str, verdict: str) -> None:
     result = decide_paired("s", pairs(changes), Policy())
     assert result.verdict == verdict, result.reasons
     assert result.reasons
+    disagree = [n for n in result.notes if "disagrees with the interval" in n]
+    assert bool(disagree) == (changes == "f" * 7 + "b"), result.notes
     if "k" in changes:
         assert any("not measured" in n for n in result.notes)
 
