@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
     result = yield  # every trial reported: the rates go into --junitxml before it is written
     bench = session.config.stash[SESSION_KEY]
     add_junit_rates(session.config, bench.run_dir, bench.is_controller)

@@ -163,10 +163,10 @@ def mean_interval(values_by_case: Mapping[str, float], confidence: float = 0.95)
             return RateInterval(estimate, float(low), float(high), method, g, g)
         return RateInterval(estimate, None, None, f"no interval from {g} alike cases", g, g)
     _, lo, hi = cluster_bounds(values, confidence)
-    low, high = float(lo), float(hi)
+    bottom, top = float(lo), float(hi)
     if np.all((values >= 0) & (values <= 1)):
-        low, high = max(low, 0.0), min(high, 1.0)
-    return RateInterval(estimate, low, high, f"t over {g} cases, {level}", g, g)
+        bottom, top = max(bottom, 0.0), min(top, 1.0)
+    return RateInterval(estimate, bottom, top, f"t over {g} cases, {level}", g, g)
 
 
 @dataclass(frozen=True)
@@ -267,5 +267,5 @@ def paired_difference(
         return PairedDifference(estimate, *bounds, method, g, diffs, pooled, confidence)
     _, lo, hi = cluster_bounds(d, confidence)
     method = f"paired over {g} cases, clustered by case, {level}"
-    low, high = float(max(lo, -1.0)), float(min(hi, 1.0))
-    return PairedDifference(estimate, low, high, method, g, diffs, pooled, confidence)
+    bottom, ceiling = max(float(lo), -1.0), min(float(hi), 1.0)
+    return PairedDifference(estimate, bottom, ceiling, method, g, diffs, pooled, confidence)
