@@ -80,16 +80,18 @@ def bootstrap_over_cases(
     n = sum(len(g) for g in flat)
     if not flat:
         return RateInterval(None, None, None, "nothing measured", 0, 0)
-    estimate = statistic(
-        np.concatenate(flat), np.repeat(np.arange(len(flat)), [len(g) for g in flat])
-    )
+    pooled = np.concatenate(flat)
+    sizes = np.asarray([len(g) for g in flat])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    estimate = statistic(pooled, np.repeat(np.arange(len(flat)), sizes))
     rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(flat), (resamples, len(flat)))
     stats = []
-    for _ in range(resamples):
-        pick = rng.integers(0, len(flat), len(flat))
-        values = np.concatenate([flat[i] for i in pick])
-        index = np.repeat(np.arange(len(pick)), [len(flat[i]) for i in pick])
-        stats.append(statistic(values, index))
+    for pick in picks:  # gather the drawn cases' values without a Python loop over cases
+        lengths = sizes[pick]
+        index = np.repeat(np.arange(len(pick)), lengths)
+        offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        stats.append(statistic(pooled[np.repeat(starts[pick], lengths) + offsets], index))
     finite = np.asarray([s for s in stats if np.isfinite(s)], float)
     if len(flat) < 2 or not len(finite):
         method = "no interval from one case"
