@@ -57,6 +57,11 @@ def _report(args: argparse.Namespace) -> int:
         f"{files.summary.run.run_id}: {t.passed}/{t.attempted} attempted trials passed ({rate}), "
         f"{t.blocked} blocked, {t.not_run} not run"
     )
+    ci = files.summary.intervals.get("pass_rate") or {}
+    if ci.get("low") is not None:
+        print(
+            f"pass rate {ci['estimate']:.1%} [{ci['low']:.1%}, {ci['high']:.1%}] ({ci['method']})"
+        )
     for path in (files.markdown, files.html, files.workbook, files.view.index):
         print(f"wrote {path}")
     print(f"wrote {len(files.charts)} charts (SVG and PNG) in {files.markdown.parent / 'charts'}")

@@ -33,6 +33,7 @@ from reports.verdict import (
     decide_paired,
     render_verdict,
     trial_passes,
+    trial_rates,
 )
 
 __all__ = [
@@ -360,6 +361,8 @@ def render_comparison(result: Comparison) -> str:
             f"both fail {suite.count('both_fail')}, blocked {suite.count('blocked')}; "
             f"exact McNemar p = {suite.p_value:.4f} (two-sided, discordant pairs)"
         )
+        pairs = [(ch.baseline, ch.candidate) for ch in suite.cases]
+        lines.append(f"  trial pass rate: {trial_rates(pairs)}")
         if suite.difference is not None and suite.difference.estimate is not None:
             lines.append(f"  paired difference (candidate - baseline): {suite.difference.text()}")
         if suite.baseline_pass_k or suite.candidate_pass_k:

@@ -45,6 +45,7 @@ __all__ = [
     "decide_paired",
     "read_policy",
     "render_verdict",
+    "trial_rates",
 ]
 
 BETTER = "better"
@@ -224,6 +225,18 @@ def _size_reasons(d: PairedDifference, alpha: float) -> tuple[str, list[str]]:
     ]
 
 
+def trial_rates(pairs: list[tuple[CaseSummary, CaseSummary]]) -> str:
+    """`baseline 45.0% [..] (method), candidate ...`: each run's pass rate over its measured
+    trials, with its interval (clustered by case)."""
+    from pytest_backintel.records.intervals import rate_interval
+
+    sides = []
+    for role, n in (("baseline", 0), ("candidate", 1)):
+        outcomes = {pair[n].scenario_id: trial_passes(pair[n]) for pair in pairs}
+        sides.append(f"{role} {rate_interval(outcomes).percent()}")
+    return ", ".join(sides)
+
+
 def detectable_text(size: float | None) -> str:
     """A detectable difference as said: `0.150`, or that no difference in pass rate (at most
     1) could be detected."""
@@ -304,6 +317,7 @@ def render_verdict(v: SuiteVerdict) -> list[str]:
         f"{rate(v.candidate_pass_rate)}; exact McNemar p = {v.p_value:.4f} (two-sided, "
         "discordant pairs)",
     ]
+    lines.append(f"  trial pass rate: {trial_rates([(c.baseline, c.candidate) for c in v.cases])}")
     if v.difference is not None:
         lines.append(f"  paired difference (candidate - baseline): {v.difference.text()}")
         if v.verdict == NO_DIFFERENCE and v.detectable is not None:
