@@ -12,6 +12,7 @@ from typing import TypeVar
 import pytest
 
 from pytest_backintel.analyst_api import AnalystKind, AnalystLimits
+from pytest_backintel.power import resolve_trials
 from pytest_backintel.sandbox.registry import default_sandbox
 from pytest_backintel.scenario import SOURCE_KINDS
 
@@ -225,7 +226,13 @@ def add_options(parser: pytest.Parser) -> None:
         help="sandbox for run_python and Python evidence: bwrap (default on Linux), docker, "
         "or subprocess (unsafe: rlimits only)",
     )
-    group.addoption("--trials", type=positive_int, default=1, help="trials per scenario")
+    group.addoption(
+        "--trials",
+        type=lambda v: v if v.startswith("auto:") else positive_int(v),
+        default=1,
+        help="trials per scenario, or auto:EFFECT:BASELINE_RUN: as many as a paired comparison "
+        "with that baseline run needs to detect EFFECT (80%% power, alpha 0.05; backintel plan)",
+    )
     group.addoption(
         "--concurrency",
         type=concurrency,
@@ -377,7 +384,7 @@ def read_options(config: pytest.Config) -> BenchOptions:
         model=model,
         model_base_url=base_url or None,
         store=config.getoption("--store"),
-        trials=config.getoption("--trials"),
+        trials=resolve_trials(config.getoption("--trials")),
         concurrency=config.getoption("--concurrency"),
         max_connections=config.getoption("--max-connections"),
         results_dir=Path(config.getoption("--results-dir")),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reports.charts import ChartFile, render_charts
 from reports.load import load_run
+from reports.reviews import apply_reviews, review_note
 from reports.scorecard import write_scorecards
 from reports.summary import RunSummary, summarize
 from reports.view import ViewSite, write_view
@@ -25,13 +26,19 @@ class ReportFiles:
     view: ViewSite
 
 
-def build_report(run_dir: Path | str, out_dir: Path | str | None = None) -> ReportFiles:
+def build_report(
+    run_dir: Path | str, out_dir: Path | str | None = None, with_reviews: bool = False
+) -> ReportFiles:
     """Render `scorecard.md`, `scorecard.html`, `scorecard.xlsx`, `charts/*.{svg,png}` and
-    the viewer `view/` for the run in `run_dir` (into `out_dir`, default the run folder)."""
+    the viewer `view/` for the run in `run_dir` (into `out_dir`, default the run folder);
+    a person's reviews are counted apart, and used for the outcomes only `with_reviews`."""
     run = load_run(run_dir)
+    note = review_note(run, with_reviews)
+    if with_reviews:
+        run = apply_reviews(run)[0]
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
-    summary = summarize(run)
+    summary = replace(summarize(run), reviews=note)
     charts = render_charts(summary, target / "charts")
     md, html = write_scorecards(summary, charts, target)
     book = write_workbook(summary, target)

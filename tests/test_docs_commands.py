@@ -42,6 +42,10 @@ NOT_COLLECTED: dict[str, str] = {
     "uv run pytest -m development --resume <run-id>": (
         "finishes a run interrupted before; tests/test_resume_retry.py kills one and resumes it"
     ),
+    "uv run pytest -m development --trials auto:0.1:results/base": (
+        "plans its trials from a baseline run folder; tests/test_plan_review.py runs "
+        "--trials auto on one"
+    ),
     "uv run pytest -m development --retry-blocked <run-id>": (
         "runs again what an earlier run's outage blocked; tests/test_resume_retry.py does"
     ),

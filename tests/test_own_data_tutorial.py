@@ -96,9 +96,11 @@ SAID = {
         "VERDICT: worse",
     ],
     "uv run backintel compare results/mine results/mine-v2": [
-        "suite scenarios: BETTER",
+        "suite scenarios: NO DETECTABLE DIFFERENCE",
+        "  smallest detectable difference: * (80% power, alpha 0.05)",
         "    delivered-revenue  fixed      false_refusal -> pass",
-        "VERDICT: better",
+        "  note: every case that changed was fixed (1), but the difference is not *",
+        "VERDICT: no detectable difference",
     ],
     "uv run backintel compare results/suite results/suite-parquet --across-bindings": [
         "scenario hash * matches; paired across bindings on purpose",

@@ -282,7 +282,9 @@ def test_progress_lines_name_each_case_and_its_usage_and_quiet_hides_them(
 ) -> None:
     shown = bench(pytester, "--run-id", "p1").stdout.str()
     assert re.search(r"::l1-item-grain\[t1\] PASSED pass \d+\.\ds \d+ req \d+ tok \[\d/3\]", shown)
-    assert "backintel: pass rate by level: 1 2/2 (100%), 3 1/1 (100%)" in shown
+    assert (
+        "backintel: pass rate by level: 1 2/2 (100% [34%, 100%]), 3 1/1 (100% [21%, 100%])" in shown
+    )
     quiet = bench(pytester, "--run-id", "p2", "-q").stdout.str()
     assert "backintel: running" not in quiet
     assert "backintel: l1-item-grain t1" not in quiet

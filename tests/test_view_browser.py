@@ -250,3 +250,40 @@ def test_chart_labels_fit_inside_the_chart_in_a_browser(browser: Browser, tmp_pa
                 }).map((t) => t.textContent); }"""
         )
         assert outside == [], chart.name
+
+
+def test_a_reviewed_trial_shows_its_override_and_history(browser: Browser, tmp_path: Path) -> None:
+    """`backintel review` twice on one trial: the list marks it, the opened trial shows the
+    recorded outcome and both reviews; the headline carries the pass rate's interval (#37)."""
+    records = [
+        detailed_record("reviewed-case", "wrong_value", run_id="rv", trial=1),
+        record("other-case", "pass", trial=1, run_id="rv"),
+    ]
+    folder = write_run(tmp_path / "rv", header("rv"), records)
+    for outcome, reason, author in (
+        ("pass", "the unit is cents", "Ann"),
+        ("fail", "no, dollars", "Bo"),
+    ):
+        args = ["review", str(folder), "reviewed-case/t1", "--outcome", outcome]
+        assert reports_main([*args, "--reason", reason, "--author", author]) == 0
+    assert reports_main(["view", str(folder)]) == 0
+    opened = open_view(browser, folder / "view" / "index.html")
+    page = opened.page
+    assert "[" in (page.locator("#headline").text_content() or "")  # pass rate [low, high]
+    assert page.locator("#rates tr").count() > 2
+    row = page.locator("#list .row", has_text="reviewed-case")
+    mark = row.locator(".c-outcome .reviewed")
+    assert mark.text_content() == "✎ fail"
+    assert mark.get_attribute("title") == (
+        "reviewed by a person: fail (the recorded outcome follows)"
+    )
+    row.click()
+    page.locator("#detail table.reviews").wait_for()
+    text = page.locator("#detail").text_content() or ""
+    assert "recorded outcome: wrong_value" in text
+    cells = page.locator("#detail table.reviews tbody tr")
+    assert cells.count() == 2
+    assert "Ann" in (cells.nth(0).text_content() or "")
+    assert "the unit is cents" in (cells.nth(0).text_content() or "")
+    assert "no, dollars" in (cells.nth(1).text_content() or "")
+    _only_local(opened)

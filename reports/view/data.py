@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from reports.load import Run
+from reports.reviews import reviews_by_trial, trial_key
 from reports.summary import RunSummary, backend_of
 from reports.view.text import CODE_LIMIT, as_text, clip
 from reports.view.transcript import transcript
@@ -185,6 +186,34 @@ def trial_detail(n: int, record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def interval_text(value: dict[str, Any] | None, fmt: str) -> str:
+    """`[51.0%, 72.0%] (Wilson 95%)` from a run.json interval; empty when there is none."""
+    if not value or value.get("low") is None or value.get("high") is None:
+        return ""
+    return f"[{fmt.format(value['low'])}, {fmt.format(value['high'])}] ({value['method']})"
+
+
+def rate_rows(intervals: dict[str, Any]) -> list[list[str]]:
+    """[figure, estimate, interval with method] for every rate the run has an interval for."""
+    rows: list[list[str]] = []
+
+    def add(label: str, value: dict[str, Any] | None, fmt: str) -> None:
+        if value and value.get("estimate") is not None:
+            rows.append([label, fmt.format(value["estimate"]), interval_text(value, fmt)])
+
+    add("pass rate", intervals.get("pass_rate"), "{:.1%}")
+    for dim, groups in (intervals.get("by") or {}).items():
+        for name, value in groups.items():
+            add(f"pass rate, {dim} {name}", value, "{:.1%}")
+    for k, value in (intervals.get("pass_k") or {}).items():
+        add(f"pass^{k}", value, "{:.3f}")
+    add("refusal accuracy", intervals.get("refusal_accuracy"), "{:.1%}")
+    add("cost per solved case (USD)", intervals.get("cost_per_solved_usd"), "{:.4f}")
+    for q, value in (intervals.get("latency_s") or {}).items():
+        add(f"latency {q} (s)", value, "{:.3f}")
+    return rows
+
+
 def headline(summary: RunSummary) -> dict[str, Any]:
     """The run's headline numbers, as the scorecard counts them."""
     run, t, usage = summary.run, summary.overall, summary.usage
@@ -201,6 +230,8 @@ def headline(summary: RunSummary) -> dict[str, Any]:
         "blocked": t.blocked,
         "not_run": t.not_run,
         "pass_rate": t.pass_rate,
+        "pass_rate_interval": interval_text(summary.intervals.get("pass_rate"), "{:.1%}"),
+        "rates": rate_rows(summary.intervals),
         "outcomes": t.outcomes,
         "latency_median_s": summary.latency.median_s,
         "input_tokens": usage.input_tokens,
@@ -209,9 +240,26 @@ def headline(summary: RunSummary) -> dict[str, Any]:
     }
 
 
+def reviewed(record: dict[str, Any], history: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """What a person's reviews add to a trial's row (`reviewed`: the last review's effective
+    outcome) and details (`reviews`: the history); nothing when it has none."""
+    if not history:
+        return {}
+    keep = ("time", "author", "original", "previous", "effective", "reason")
+    return {
+        "reviewed": as_text(history[-1].get("outcome")),
+        "reviews": [{k: as_text(h.get(k, "")) for k in keep} for h in history],
+    }
+
+
 def run_rows(run: Run) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The list rows of every trial and each case's question (stored once per case)."""
-    rows = [trial_row(n, r) for n, r in enumerate(run.records)]
+    found = reviews_by_trial(run.path)
+    rows = [
+        trial_row(n, r)
+        | {k: v for k, v in reviewed(r, found.get(trial_key(r))).items() if k == "reviewed"}
+        for n, r in enumerate(run.records)
+    ]
     questions: dict[str, str] = {}
     for record in run.records:
         questions.setdefault(str(record.get("scenario_id")), clip(question_of(record), 2_000))

@@ -18,8 +18,9 @@ from typing import Any
 
 from reports.charts import ChartFile
 from reports.load import Run
+from reports.reviews import reviews_by_trial, trial_key
 from reports.summary import RunSummary, summarize
-from reports.view.data import headline, run_rows, trial_detail
+from reports.view.data import headline, reviewed, run_rows, trial_detail
 from reports.view.pairs import comparison_data, refused_data
 
 __all__ = ["CHUNK_SIZE", "ViewSite", "js_payload", "site_data", "write_view"]
@@ -60,9 +61,14 @@ def js_payload(name: str, data: Any) -> str:
 
 def _chunks(prefix: str, run: Run) -> dict[str, list[dict[str, Any]]]:
     records = run.records
+    found = reviews_by_trial(run.path)
+
+    def detail(n: int) -> dict[str, Any]:
+        return trial_detail(n, records[n]) | reviewed(records[n], found.get(trial_key(records[n])))
+
     return {
         f"{prefix}-{start // CHUNK_SIZE}": [
-            trial_detail(n, records[n]) for n in range(start, min(start + CHUNK_SIZE, len(records)))
+            detail(n) for n in range(start, min(start + CHUNK_SIZE, len(records)))
         ]
         for start in range(0, len(records), CHUNK_SIZE)
     }

@@ -186,12 +186,22 @@ window.BackIntelTrial = (function () {
     );
   }
 
+  function renderReviews(reviews) {
+    // a person's overrides (reviews.jsonl), oldest first; the recorded outcome stays above
+    return section(
+      "Reviewed by a person",
+      el("p", "muted", "recorded outcome: " + reviews[0].original + "; reports use the review only with --with-reviews"),
+      table("reviews", ["time", "author", "from", "to", "reason"], reviews.map((r) => [r.time, r.author, r.previous, r.effective, r.reason])),
+    );
+  }
+
   function renderTrial(t) {
     return el(
       "div",
       "trial",
-      el("h2", "", t.case + " · trial " + t.trial + " ", badge(t.outcome)),
+      el("h2", "", t.case + " · trial " + t.trial + " ", badge(t.outcome), t.reviewed ? el("span", "badge reviewed", "reviewed: " + t.reviewed) : null),
       el("p", "muted", t.nodeid + " · " + t.split + " · level " + t.level + " · " + t.family + " · " + t.store),
+      t.reviews && t.reviews.length ? renderReviews(t.reviews) : null,
       section("Question", pre(t.question, "question")),
       t.reasons.length
         ? section("Why", el("ul", "reasons", t.reasons.map((r) => el("li", "", badge(r.outcome), " ", r.metric ? r.metric + ": " : "", r.message))))

@@ -61,6 +61,13 @@
     return el("div", "fact", el("b", "", value), label);
   }
 
+  function reviewedMark(outcome) {
+    // a person's override (reviews.jsonl): short in the list, spelled out on hover
+    const mark = el("span", "badge reviewed", "✎ " + outcome);
+    mark.title = "reviewed by a person: " + outcome + " (the recorded outcome follows)";
+    return mark;
+  }
+
   function renderHeader(index) {
     const h = index.headline;
     $("title").textContent = "Run " + h.run_id + " — " + h.analyst + (h.model ? " / " + h.model : "");
@@ -72,7 +79,7 @@
       fact("trials", h.trials),
       fact("attempted", h.attempted),
       fact("passed", h.passed),
-      fact("pass rate (passed / attempted)", rate),
+      fact("pass rate (passed / attempted)", rate + (h.pass_rate_interval ? " " + h.pass_rate_interval : "")),
       fact("failed", h.failed),
       fact("blocked", h.blocked),
       fact("not run", h.not_run),
@@ -80,6 +87,13 @@
       fact("tokens in / out", h.input_tokens + " / " + h.output_tokens),
       fact("cost", cost(h.cost_usd)),
     ]);
+    if (h.rates && h.rates.length) {
+      const table = el("table", "rates");
+      table.id = "rates";
+      add(table, el("tr", "", el("th", "", "figure"), el("th", "", "estimate"), el("th", "", "95% interval (method)")));
+      h.rates.forEach(([label, value, ci]) => add(table, el("tr", "", el("td", "", label), el("td", "n", value), el("td", "", ci))));
+      add($("headline"), el("details", "rates", el("summary", "", "every rate with its interval"), table));
+    }
     $("charts-box").hidden = !index.charts.length;
     index.charts.forEach((c) => {
       const img = document.createElement("img");
@@ -93,7 +107,7 @@
   const COLUMNS = [
     ["case", (r) => r.case],
     ["trial", (r) => r.trial],
-    ["outcome", (r) => badge(r.outcome)],
+    ["outcome", (r) => (r.reviewed ? el("span", "", reviewedMark(r.reviewed), " ", badge(r.outcome)) : badge(r.outcome))],
     ["split", (r) => r.split],
     ["level", (r) => r.level],
     ["family", (r) => r.family],
