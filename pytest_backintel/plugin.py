@@ -22,6 +22,7 @@ from pytest_backintel.collect.suites import rebind
 from pytest_backintel.evidence.item_python import ItemPython
 from pytest_backintel.options import add_options
 from pytest_backintel.records.html_report import HtmlReport, header_lines, summary_lines
+from pytest_backintel.records.leaderboard import leaderboard_lines
 from pytest_backintel.records.live import LIVE
 from pytest_backintel.run import heap
 from pytest_backintel.run.lock_check import check_collected, check_worker_ids
@@ -157,6 +158,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     bench = terminalreporter.config.stash[SESSION_KEY]
     stop = bench.streak.message() if bench.run_dir.exists() else None
     for line in summary_lines(bench.outcomes, bench.run_dir, bench.records, stop):
+        terminalreporter.write_line(line)
+    for line in leaderboard_lines(bench.leaderboard.get("leaderboard", [])):
         terminalreporter.write_line(line)
 
 

@@ -1,0 +1,141 @@
+"""A model matrix in one session: `--model A --model B ...` (or a suite file's `models`).
+
+One plan holds every trial once per model: the item `<case>[t<trial>-<model slug>]`, so the
+models' trials of one case run one after another (an outage or a slow hour hits every model
+alike) and ids stay sorted and the same in every xdist worker; a single model keeps its
+`<case>[t<trial>]` ids. Stores are provisioned per trial as in any run (built datasets,
+probes and the sandbox backend are shared by every model). Each model gets its own analyst; the
+models at one provider (the same `--model-base-url`, else the same provider prefix) share one
+`--max-connections` cap, and `--concurrency` trials run per provider.
+
+The session's run folder is the matrix folder: its `run.json`, parts and `records.jsonl` hold
+every model's trials, so `--resume`, `--retry-blocked`, `--shard` and `backintel merge` work on
+it as on any run. When a session ends (and after a merge) `records.matrix_folder` writes a
+normal run folder per model under it and `matrix.json` with the leaderboard.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_backintel.analyst_api import Analyst, AnalystConfig
+from pytest_backintel.collect.items import model_slug
+from pytest_backintel.collect.suites import nearest
+from pytest_backintel.options import BenchOptions
+from pytest_backintel.records.method_hash import analyst_method_hash, model_api_of
+from pytest_backintel.run.analysts import load_analyst
+
+__all__ = ["ModelMatrix", "analysts_of", "cassette_folder", "provider_of", "suite_models"]
+
+
+def provider_of(model: str, base_url: str | None) -> str:
+    """What a model's requests share limits with: its server, else its provider prefix."""
+    if base_url:
+        return base_url.rstrip("/")
+    prefix, colon, _ = model.partition(":")
+    return prefix if colon else model
+
+
+class ModelMatrix:
+    """The models of a matrix session, each with its own options and (lazily) analyst."""
+
+    def __init__(self, opts: BenchOptions) -> None:
+        self.options = opts
+        self.models = tuple(sorted(opts.models, key=model_slug))
+        self.slugs = {m: model_slug(m) for m in self.models}
+        clash = [m for m in self.models if list(self.slugs.values()).count(self.slugs[m]) > 1]
+        if clash:
+            raise pytest.UsageError(
+                f"--model {' and '.join(repr(m) for m in clash)} have the same folder name "
+                f"{self.slugs[clash[0]]!r}: a matrix needs models whose names differ in "
+                "letters or digits"
+            )
+        if opts.freeze:
+            raise pytest.UsageError(
+                f"--freeze with {len(self.models)} models: a frozen run measures one candidate; "
+                "freeze each model in a run of its own"
+            )
+        self._analysts: dict[str, Analyst] = {}
+        self._lock = threading.Lock()
+
+    def options_for(self, model: str) -> BenchOptions:
+        """The options of a one-model run of `model` (its folder's `run.json` says these)."""
+        return replace(self.options, model=model, models=())
+
+    def config_for(self, model: str) -> AnalystConfig:
+        opts = self.options
+        group = provider_of(model, opts.model_base_url)
+        return AnalystConfig(model, opts.model_base_url, opts.limits, opts.max_connections, group)
+
+    def analyst(self, model: str | None) -> Analyst:
+        """The analyst of `model` (the first model's for None), loaded once."""
+        model = model or self.models[0]
+        with self._lock:
+            if model not in self._analysts:
+                self._analysts[model] = load_analyst(self.options.analyst, self.config_for(model))
+            return self._analysts[model]
+
+    def analysts(self) -> list[tuple[str, Analyst]]:
+        return [(m, self.analyst(m)) for m in self.models]
+
+    @property
+    def providers(self) -> int:
+        return len({provider_of(m, self.options.model_base_url) for m in self.models})
+
+    def header(self) -> dict[str, Any]:
+        """`run.json`'s `matrix`: the models, their folders and each one's own settings."""
+        return {
+            "models": list(self.models),
+            "folders": dict(self.slugs),
+            "per_model": {
+                m: {
+                    "model": m,
+                    "model_api": model_api_of(self.options_for(m)),
+                    "method_hash": analyst_method_hash(self.options_for(m)),
+                }
+                for m in self.models
+            },
+        }
+
+
+def analysts_of(session: Any) -> list[tuple[Analyst, BenchOptions]]:
+    """Every analyst of the session with the options it runs under (one per model of a
+    matrix); loading them raises `AnalystLoadError` for a bad analyst or model."""
+    matrix: ModelMatrix | None = session.matrix
+    if matrix is None:
+        return [(session.analyst, session.options)]
+    return [(analyst, matrix.options_for(model)) for model, analyst in matrix.analysts()]
+
+
+def cassette_folder(session: Any, item: Any) -> Path:
+    """Where a trial's cassette goes: the run folder, or in a matrix its model's folder."""
+    matrix: ModelMatrix | None = session.matrix
+    run_dir: Path = session.run_dir
+    return run_dir if matrix is None or item.model is None else run_dir / matrix.slugs[item.model]
+
+
+def suite_models(config: pytest.Config) -> list[str] | None:
+    """The `models` of the suite file nearest above the folders the run names (its arguments,
+    else where it started), when `--model` is not given; None when no suite file gives them."""
+    if config.getoption("--model"):
+        return None
+    base = config.invocation_params.dir
+    starts = [base / str(arg).split("::", 1)[0] for arg in config.args] or [base]
+    found: dict[tuple[str, ...], Path] = {}
+    for start in starts:
+        folder = start if start.is_dir() else start.parent
+        suite = nearest(folder / "_", "models") if folder.is_dir() else None
+        if suite is not None:
+            found.setdefault(tuple(suite.own["models"]), suite.path)
+    if len(found) > 1:
+        places = ", ".join(f"{path} ({', '.join(m)})" for m, path in found.items())
+        raise pytest.UsageError(
+            f"the suite files of this run name different models: {places}; run them apart, "
+            "or choose with --model"
+        )
+    return list(next(iter(found))) if found else None

@@ -1,0 +1,182 @@
+"""A model matrix in one command: `--model A --model B` runs every planned trial once per model
+in one session, writes a run folder per model under the matrix folder with `matrix.json` and a
+leaderboard whose pass rates carry intervals; a matrix killed part-way is finished by
+`--resume`. Real pytest processes against the scripted OpenAI-compatible server, which answers
+each model by its own script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_backintel.collect.loading import find_scenarios
+from pytest_backintel.testing.model_server import ModelServer, Step
+from reports.compare import compare_runs
+from reports.load import load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ("l1-delivered-orders", "l1-canceled-orders-2018", "l1-average-review-score")
+MODELS = {"openai:qwen3": "qwen3", "openai:llama3": "llama3"}
+"""The models of the matrix and the names the server receives."""
+WRONG = {"llama3": {CASES[1], CASES[2]}, "qwen3": set()}
+"""The cases each model answers wrongly (off by one)."""
+
+
+def script(server: ModelServer, delay_s: float = 0.0) -> None:
+    """Per model and case: list_tables, run_sql with the check query, the answer (wrong for
+    the cases `WRONG` names)."""
+    refs = json.loads((ROOT / "scenarios" / "references" / "olist.json").read_text())
+    for name, wrong in WRONG.items():
+        for case in CASES:
+            _, scenario = find_scenarios()[case]
+            (metric,) = scenario.metrics
+            value = refs["references"][case]["values"][metric.name] + (case in wrong)
+            evidence = {"id": "e1", "kind": "sql", "code": scenario.check_sql}
+            evidence["metrics"] = [metric.name]
+            steps = [
+                Step.call("list_tables", delay_s=delay_s, usage=(100, 10)),
+                Step.call("run_sql", {"sql": scenario.check_sql}, delay_s=delay_s),
+                Step.answer([{"name": metric.name, "value": value, "unit": metric.unit}], [evidence]),
+            ]
+            server.script(f"`{metric.name}`", steps, model=name)
+
+
+def command(server: ModelServer, results: Path, *args: str) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "-m", "development", "-k", " or ".join(CASES)]
+    cmd += ["-p", "no:xdist", "-p", "no:cacheprovider", "--trials", "2"]
+    for model in MODELS:
+        cmd += ["--model", model]
+    return [*cmd, "--model-base-url", server.url, f"--results-dir={results}", *args]
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def records(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+
+
+def outcomes(run_dir: Path) -> dict[str, str]:
+    return {r["nodeid"]: r["outcome"] for r in records(run_dir)}
+
+
+def test_one_command_runs_two_models_into_a_matrix_folder_with_a_leaderboard(
+    model_server: ModelServer, tmp_path: Path
+) -> None:
+    script(model_server)
+    done = run(command(model_server, tmp_path, "--run-id", "mx"))
+    matrix_dir = tmp_path / "mx"
+    every = records(matrix_dir)
+    assert len(every) == 2 * 3 * 2, "2 models x 3 cases x 2 trials, one session"
+    ids = [r["nodeid"] for r in every]
+    assert all(n.endswith(("-openai-qwen3]", "-openai-llama3]")) for n in ids)
+    order = [r.model for r in model_server.requests if r.step == 0]
+    assert set(order[:4]) == {"qwen3", "llama3"}, "the models' trials are interleaved"
+    matrix = json.loads((matrix_dir / "matrix.json").read_text())
+    assert [m["folder"] for m in matrix["models"]] == ["openai-llama3", "openai-qwen3"]
+    for model, name in MODELS.items():
+        folder = matrix_dir / f"openai-{name}"
+        header = json.loads((folder / "run.json").read_text())
+        mine = records(folder)
+        assert header["model"] == model and {r["model"] for r in mine} == {model}
+        assert len(mine) == 6 and sorted(header["planned_items"]) == sorted(
+            r["nodeid"] for r in mine
+        )
+        wrong = {r["scenario_id"] for r in mine if r["outcome"] == "wrong_value"}
+        assert wrong == WRONG[name]
+        assert load_run(folder).missing_trials == []
+    board = matrix["leaderboard"]
+    assert [row["model"] for row in board] == ["openai:qwen3", "openai:llama3"]
+    best, worst = board
+    assert best["pass_rate"]["estimate"] == 1.0 and worst["pass_rate"]["estimate"] == 1 / 3
+    for row in board:
+        rate = row["pass_rate"]
+        assert rate["low"] <= rate["estimate"] <= rate["high"] and rate["method"]
+        assert row["tokens"] > 0 and row["latency_p50_s"] is not None
+    assert worst["versus_above"]["against"] == "openai:qwen3"
+    assert "backintel: leaderboard" in done.stdout
+    assert "#1 openai:qwen3: pass 100.0% [" in done.stdout
+    # each model's folder is a normal run: compare pairs the two models case by case
+    result = compare_runs(load_run(matrix_dir / "openai-qwen3"), load_run(matrix_dir / "openai-llama3"))
+    changes = {c.scenario_id: c.change for s in result.suites for c in s.cases}
+    assert sorted(k for k, v in changes.items() if v == "broken") == sorted(WRONG["llama3"])
+    assert worst["rank"] == 1, "3 cases cannot separate the two: the paired interval holds 0"
+    assert worst["versus_above"]["low"] <= 0 <= worst["versus_above"]["high"]
+
+
+def test_a_matrix_killed_part_way_is_finished_by_resume(
+    model_server: ModelServer, tmp_path: Path
+) -> None:
+    script(model_server, delay_s=0.2)
+    proc = subprocess.Popen(
+        command(model_server, tmp_path, "--run-id", "cut", "--concurrency", "2"),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    part = tmp_path / "cut" / "parts" / "records-main.jsonl"
+    deadline = time.monotonic() + 300
+    while (len(part.read_text().splitlines()) if part.exists() else 0) < 3:
+        assert proc.poll() is None and time.monotonic() < deadline, "no trial finished"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the process we started, and its children
+    proc.wait(timeout=60)
+    cut = tmp_path / "cut"
+    assert not (cut / "matrix.json").exists(), "killed: the session never finished"
+    finished = len([line for line in part.read_text().splitlines() if line.endswith("}")])
+    assert 3 <= finished < 12, "killed part-way"
+
+    run(command(model_server, tmp_path, "--resume", "cut", "--concurrency", "2"))
+    every = records(cut)
+    plan = json.loads((cut / "run.json").read_text())["planned_items"]
+    assert len(plan) == 12 and sorted(r["nodeid"] for r in every) == sorted(plan), (
+        "every planned trial exactly once"
+    )
+    matrix = json.loads((cut / "matrix.json").read_text())
+    assert {m["recorded"] for m in matrix["models"]} == {6}
+    for name in MODELS.values():
+        wrong = {r["scenario_id"] for r in records(cut / f"openai-{name}") if r["outcome"] != "pass"}
+        assert wrong == WRONG[name]
+    header = json.loads((cut / "run.json").read_text())
+    assert header["resumed"][0]["records_after"] == 12
+
+
+def test_a_single_model_keeps_its_item_ids_and_folder(
+    model_server: ModelServer, tmp_path: Path
+) -> None:
+    script(model_server)
+    cmd = command(model_server, tmp_path, "--run-id", "one")
+    at = cmd.index("openai:llama3")
+    run(cmd[: at - 1] + cmd[at + 1 :])
+    ids = sorted(outcomes(tmp_path / "one"))
+    assert ids[0].endswith("l1-average-review-score[t1]")
+    assert not (tmp_path / "one" / "matrix.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "openai:a", "--model", "openai:a"], "is given twice"),
+        (["--model", "openai:a", "--model", "openai:b", "--analyst", "reference"], "matrix"),
+        (["--model", "openai:a.", "--model", "openai:a"], "the same folder name"),
+    ],
+)
+def test_a_matrix_that_cannot_run_is_a_usage_error(
+    pytester: pytest.Pytester, args: list[str], message: str
+) -> None:
+    result = pytester.runpytest_subprocess("-p", "no:xdist", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
