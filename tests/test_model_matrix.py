@@ -45,7 +45,9 @@ def script(server: ModelServer, delay_s: float = 0.0) -> None:
             steps = [
                 Step.call("list_tables", delay_s=delay_s, usage=(100, 10)),
                 Step.call("run_sql", {"sql": scenario.check_sql}, delay_s=delay_s),
-                Step.answer([{"name": metric.name, "value": value, "unit": metric.unit}], [evidence]),
+                Step.answer(
+                    [{"name": metric.name, "value": value, "unit": metric.unit}], [evidence]
+                ),
             ]
             server.script(f"`{metric.name}`", steps, model=name)
 
@@ -90,26 +92,31 @@ def test_one_command_runs_two_models_into_a_matrix_folder_with_a_leaderboard(
         folder = matrix_dir / f"openai-{name}"
         header = json.loads((folder / "run.json").read_text())
         mine = records(folder)
-        assert header["model"] == model and {r["model"] for r in mine} == {model}
-        assert len(mine) == 6 and sorted(header["planned_items"]) == sorted(
-            r["nodeid"] for r in mine
-        )
+        assert header["model"] == model
+        assert {r["model"] for r in mine} == {model}
+        assert len(mine) == 6
+        assert sorted(header["planned_items"]) == sorted(r["nodeid"] for r in mine)
         wrong = {r["scenario_id"] for r in mine if r["outcome"] == "wrong_value"}
         assert wrong == WRONG[name]
         assert load_run(folder).missing_trials == []
     board = matrix["leaderboard"]
     assert [row["model"] for row in board] == ["openai:qwen3", "openai:llama3"]
     best, worst = board
-    assert best["pass_rate"]["estimate"] == 1.0 and worst["pass_rate"]["estimate"] == 1 / 3
+    assert best["pass_rate"]["estimate"] == 1.0
+    assert worst["pass_rate"]["estimate"] == 1 / 3
     for row in board:
         rate = row["pass_rate"]
-        assert rate["low"] <= rate["estimate"] <= rate["high"] and rate["method"]
-        assert row["tokens"] > 0 and row["latency_p50_s"] is not None
+        assert rate["low"] <= rate["estimate"] <= rate["high"]
+        assert rate["method"]
+        assert row["tokens"] > 0
+        assert row["latency_p50_s"] is not None
     assert worst["versus_above"]["against"] == "openai:qwen3"
     assert "backintel: leaderboard" in done.stdout
     assert "#1 openai:qwen3: pass 100.0% [" in done.stdout
     # each model's folder is a normal run: compare pairs the two models case by case
-    result = compare_runs(load_run(matrix_dir / "openai-qwen3"), load_run(matrix_dir / "openai-llama3"))
+    result = compare_runs(
+        load_run(matrix_dir / "openai-qwen3"), load_run(matrix_dir / "openai-llama3")
+    )
     changes = {c.scenario_id: c.change for s in result.suites for c in s.cases}
     assert sorted(k for k, v in changes.items() if v == "broken") == sorted(WRONG["llama3"])
     assert worst["rank"] == 1, "3 cases cannot separate the two: the paired interval holds 0"
@@ -130,7 +137,8 @@ def test_a_matrix_killed_part_way_is_finished_by_resume(
     part = tmp_path / "cut" / "parts" / "records-main.jsonl"
     deadline = time.monotonic() + 300
     while (len(part.read_text().splitlines()) if part.exists() else 0) < 3:
-        assert proc.poll() is None and time.monotonic() < deadline, "no trial finished"
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no trial finished"
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the process we started, and its children
     proc.wait(timeout=60)
@@ -142,13 +150,14 @@ def test_a_matrix_killed_part_way_is_finished_by_resume(
     run(command(model_server, tmp_path, "--resume", "cut", "--concurrency", "2"))
     every = records(cut)
     plan = json.loads((cut / "run.json").read_text())["planned_items"]
-    assert len(plan) == 12 and sorted(r["nodeid"] for r in every) == sorted(plan), (
-        "every planned trial exactly once"
-    )
+    assert len(plan) == 12
+    assert sorted(r["nodeid"] for r in every) == sorted(plan), "every planned trial exactly once"
     matrix = json.loads((cut / "matrix.json").read_text())
     assert {m["recorded"] for m in matrix["models"]} == {6}
     for name in MODELS.values():
-        wrong = {r["scenario_id"] for r in records(cut / f"openai-{name}") if r["outcome"] != "pass"}
+        wrong = {
+            r["scenario_id"] for r in records(cut / f"openai-{name}") if r["outcome"] != "pass"
+        }
         assert wrong == WRONG[name]
     header = json.loads((cut / "run.json").read_text())
     assert header["resumed"][0]["records_after"] == 12
@@ -180,3 +189,53 @@ def test_a_matrix_that_cannot_run_is_a_usage_error(
     result = pytester.runpytest_subprocess("-p", "no:xdist", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
+
+
+def test_matrix_shards_merge_into_one_matrix(model_server: ModelServer, tmp_path: Path) -> None:
+    script(model_server)
+    for index in (1, 2):
+        run(command(model_server, tmp_path, "--run-id", f"part-{index}", "--shard", f"{index}/2"))
+    parts = [records(tmp_path / f"part-{i}") for i in (1, 2)]
+    assert sorted(len(p) for p in parts) == [6, 6], "the plan of 12 dealt in two"
+    backintel = Path(sys.executable).parent / "backintel"
+    merge = [str(backintel), "merge", str(tmp_path / "merged")]
+    done = subprocess.run(
+        [*merge, str(tmp_path / "part-1"), str(tmp_path / "part-2")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    matrix = json.loads((tmp_path / "merged" / "matrix.json").read_text())
+    assert [(m["planned"], m["recorded"]) for m in matrix["models"]] == [(6, 6), (6, 6)]
+    assert [row["model"] for row in matrix["leaderboard"]] == ["openai:qwen3", "openai:llama3"]
+    for name in MODELS.values():
+        mine = records(tmp_path / "merged" / f"openai-{name}")
+        assert {r["scenario_id"] for r in mine if r["outcome"] != "pass"} == WRONG[name]
+        assert load_run(tmp_path / "merged" / f"openai-{name}").missing_trials == []
+
+
+def test_an_outage_hits_every_model_alike_and_retry_blocked_scores_them(
+    model_server: ModelServer, tmp_path: Path
+) -> None:
+    script(model_server)
+    model_server.fail_next(8)  # the first two trials, 4 attempts each, answered HTTP 500
+    serial = ["--concurrency", "1", "--max-provider-failures", "10"]
+    run(command(model_server, tmp_path, "--run-id", "outage", *serial))
+    run_dir = tmp_path / "outage"
+    blocked = {r["model"] for r in records(run_dir) if r["outcome"] == "provider_error"}
+    assert blocked == set(MODELS), "interleaved: the outage met both models, one trial each"
+    board = json.loads((run_dir / "matrix.json").read_text())["leaderboard"]
+    assert [row["blocked"] for row in board] == [1, 1], "blocked apart, not failed"
+
+    done = run(command(model_server, tmp_path, "--retry-blocked", "outage", *serial))
+    assert "--retry-blocked outage: 2 of 12 planned trial(s) to run (2 blocked" in done.stdout
+    after = records(run_dir)
+    assert len(after) == 12
+    assert not [r for r in after if r["outcome"] == "provider_error"]
+    board = json.loads((run_dir / "matrix.json").read_text())["leaderboard"]
+    assert [(row["model"], row["passed"], row["blocked"]) for row in board] == [
+        ("openai:qwen3", 6, 0),
+        ("openai:llama3", 2, 0),
+    ]
