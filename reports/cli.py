@@ -39,7 +39,7 @@ def _report(args: argparse.Namespace) -> int:
         f"{files.summary.run.run_id}: {t.passed}/{t.attempted} attempted trials passed ({rate}), "
         f"{t.blocked} blocked, {t.not_run} not run"
     )
-    for path in (files.markdown, files.html, files.workbook, files.view.index):
+    for path in (files.markdown, files.html, files.workbook, files.view.index, *files.leaderboard):
         print(f"wrote {path}")
     print(f"wrote {len(files.charts)} charts (SVG and PNG) in {files.markdown.parent / 'charts'}")
     return 0

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.charts import ChartFile, render_charts
+from reports.leaderboard import write_leaderboard
 from reports.load import load_run
 from reports.scorecard import write_scorecards
 from reports.summary import RunSummary, summarize
@@ -23,11 +24,14 @@ class ReportFiles:
     workbook: Path
     charts: list[ChartFile]
     view: ViewSite
+    leaderboard: list[Path] = field(default_factory=list)
+    """`leaderboard.md` and `leaderboard.html` when the folder is a model matrix's."""
 
 
 def build_report(run_dir: Path | str, out_dir: Path | str | None = None) -> ReportFiles:
     """Render `scorecard.md`, `scorecard.html`, `scorecard.xlsx`, `charts/*.{svg,png}` and
-    the viewer `view/` for the run in `run_dir` (into `out_dir`, default the run folder)."""
+    the viewer `view/` for the run in `run_dir` (into `out_dir`, default the run folder); for
+    a model matrix's folder also `leaderboard.md` and `leaderboard.html`."""
     run = load_run(run_dir)
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
@@ -36,4 +40,5 @@ def build_report(run_dir: Path | str, out_dir: Path | str | None = None) -> Repo
     md, html = write_scorecards(summary, charts, target)
     book = write_workbook(summary, target)
     view = write_view(run, out_dir=target / "view", summary=summary, charts=charts)
-    return ReportFiles(summary, md, html, book, charts, view)
+    board = write_leaderboard(run.path, target)
+    return ReportFiles(summary, md, html, book, charts, view, board)
