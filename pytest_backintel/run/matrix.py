@@ -25,7 +25,7 @@ import pytest
 
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.collect.items import model_slug
-from pytest_backintel.collect.suites import nearest
+from pytest_backintel.collect.suites import SuiteFileError, nearest
 from pytest_backintel.options import BenchOptions
 from pytest_backintel.records.method_hash import analyst_method_hash, model_api_of
 from pytest_backintel.run.analysts import load_analyst
@@ -129,7 +129,10 @@ def suite_models(config: pytest.Config) -> list[str] | None:
     found: dict[tuple[str, ...], Path] = {}
     for start in starts:
         folder = start if start.is_dir() else start.parent
-        suite = nearest(folder / "_", "models") if folder.is_dir() else None
+        try:
+            suite = nearest(folder / "_", "models") if folder.is_dir() else None
+        except SuiteFileError as exc:  # a bad suite file: said before anything runs
+            raise pytest.UsageError(str(exc)) from exc
         if suite is not None:
             found.setdefault(tuple(suite.own["models"]), suite.path)
     if len(found) > 1:
