@@ -111,6 +111,10 @@ def test_one_command_runs_two_models_into_a_matrix_folder_with_a_leaderboard(
         assert row["tokens"] > 0
         assert row["latency_p50_s"] is not None
     assert worst["versus_above"]["against"] == "openai:qwen3"
+    assert "backintel: model matrix of 2 models" in done.stdout
+    assert f"backintel: analyst openai:llama3 (API chat_completions at {model_server.url})" in (
+        done.stdout
+    )
     assert "backintel: leaderboard" in done.stdout
     assert "#1 openai:qwen3: pass 100.0% [" in done.stdout
     # each model's folder is a normal run: compare pairs the two models case by case
@@ -120,6 +124,15 @@ def test_one_command_runs_two_models_into_a_matrix_folder_with_a_leaderboard(
     changes = {c.scenario_id: c.change for s in result.suites for c in s.cases}
     assert sorted(k for k, v in changes.items() if v == "broken") == sorted(WRONG["llama3"])
     assert worst["rank"] == 1, "3 cases cannot separate the two: the paired interval holds 0"
+    backintel = Path(sys.executable).parent / "backintel"
+    report = subprocess.run(
+        [str(backintel), "report", str(matrix_dir)], capture_output=True, text=True, check=False
+    )
+    assert report.returncode == 0, report.stderr
+    assert f"wrote {matrix_dir / 'leaderboard.md'}" in report.stdout
+    table = (matrix_dir / "leaderboard.md").read_text()
+    assert "| 1 | openai:qwen3 | 100.0% | [" in table
+    assert "| 1 | openai:llama3 | 33.3% | [" in table
     assert worst["versus_above"]["low"] <= 0 <= worst["versus_above"]["high"]
 
 
