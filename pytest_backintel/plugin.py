@@ -22,10 +22,10 @@ from pytest_backintel.collect.suites import rebind
 from pytest_backintel.evidence.item_python import ItemPython
 from pytest_backintel.options import add_options
 from pytest_backintel.records.html_report import HtmlReport, header_lines, summary_lines
-from pytest_backintel.records.leaderboard import leaderboard_lines
 from pytest_backintel.records.live import LIVE
 from pytest_backintel.run import heap
 from pytest_backintel.run.lock_check import check_collected, check_worker_ids
+from pytest_backintel.run.matrix import matrix_summary
 from pytest_backintel.run.progress import Progress
 from pytest_backintel.run.scoped_python import ScopedPython
 from pytest_backintel.run.session import SESSION_KEY, BenchSession
@@ -159,7 +159,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     stop = bench.streak.message() if bench.run_dir.exists() else None
     for line in summary_lines(bench.outcomes, bench.run_dir, bench.records, stop):
         terminalreporter.write_line(line)
-    for line in leaderboard_lines(bench.leaderboard.get("leaderboard", [])):
+    for line in matrix_summary(bench):  # a model matrix's leaderboard
         terminalreporter.write_line(line)
 
 

@@ -15,7 +15,7 @@ The terminal summary, `matrix.json`, `backintel report` (`leaderboard.md/html`) 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +97,7 @@ def _row(model: str, folder: str, records: Sequence[dict[str, Any]]) -> LeaderRo
 
 
 def leaderboard(
-    by_model: dict[str, Sequence[dict[str, Any]]], folders: dict[str, str]
+    by_model: Mapping[str, Sequence[dict[str, Any]]], folders: Mapping[str, str]
 ) -> list[LeaderRow]:
     """The ranked rows of every model (best pass rate first; a model without an attempted
     trial last, unranked ties broken by model name)."""

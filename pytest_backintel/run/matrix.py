@@ -27,10 +27,21 @@ from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.collect.items import model_slug
 from pytest_backintel.collect.suites import SuiteFileError, nearest
 from pytest_backintel.options import BenchOptions
+from pytest_backintel.records.leaderboard import leaderboard_lines
+from pytest_backintel.records.matrix_folder import MATRIX_FILE
 from pytest_backintel.records.method_hash import analyst_method_hash, model_api_of
+from pytest_backintel.records.writer import read_json
 from pytest_backintel.run.analysts import load_analyst
+from pytest_backintel.scoring.judging import check_judge
 
-__all__ = ["ModelMatrix", "analysts_of", "cassette_folder", "provider_of", "suite_models"]
+__all__ = [
+    "ModelMatrix",
+    "analysts_of",
+    "cassette_folder",
+    "matrix_summary",
+    "provider_of",
+    "suite_models",
+]
 
 
 def provider_of(model: str, base_url: str | None) -> str:
@@ -62,6 +73,13 @@ class ModelMatrix:
             )
         self._analysts: dict[str, Analyst] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, opts: BenchOptions) -> ModelMatrix | None:
+        """The matrix of `opts` (None for one model or none), each model's judge checked."""
+        for model in opts.models or (opts.model,):
+            check_judge(opts.judge_model, model)
+        return cls(opts) if opts.models else None
 
     def options_for(self, model: str) -> BenchOptions:
         """The options of a one-model run of `model` (its folder's `run.json` says these)."""
@@ -142,3 +160,10 @@ def suite_models(config: pytest.Config) -> list[str] | None:
             "or choose with --model"
         )
     return list(next(iter(found))) if found else None
+
+
+def matrix_summary(session: Any) -> list[str]:
+    """The terminal's leaderboard of a matrix session that wrote one ([] otherwise)."""
+    if session.matrix is None or not session.records:
+        return []
+    return leaderboard_lines(read_json(session.run_dir / MATRIX_FILE).get("leaderboard", []))

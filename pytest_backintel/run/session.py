@@ -42,7 +42,6 @@ from pytest_backintel.records.writer import (
     RecordWriter,
     merge_parts,
     new_run_id,
-    read_json,
     trial_record,
     write_json,
 )
@@ -66,7 +65,7 @@ from pytest_backintel.sandbox.registry import (
 )
 from pytest_backintel.sandbox.seed import SANDBOX_SEED
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.scoring.judging import check_judge, judge_trial
+from pytest_backintel.scoring.judging import judge_trial
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
 if TYPE_CHECKING:
@@ -81,10 +80,7 @@ class BenchSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.options: BenchOptions = run_folder.replayed(read_options(config, suite_models(config)))
-        self.matrix = ModelMatrix(self.options) if self.options.models else None
-        """The models of a model matrix (None: one model, or none)."""
-        for model in self.matrix.models if self.matrix else [self.options.model]:
-            check_judge(self.options.judge_model, model)
+        self.matrix = ModelMatrix.of(self.options)  # None: one model, or none
         self.root = config.rootpath
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         self.worker = workerinput["workerid"] if workerinput else "main"
@@ -125,8 +121,6 @@ class BenchSession:
         """Guards what trials in worker threads build lazily: worlds, backends, the sandbox."""
         self.reserved_note: list[str] = []
         """The line saying reserved items were deselected from an unfrozen run."""
-        self.leaderboard: dict[str, Any] = {}
-        """A model matrix's `matrix.json` once the session has ended ({} otherwise)."""
         self.resumption = (
             Resumption(self.run_dir, self.options.retry_blocked) if self.options.resume else None
         )
@@ -421,9 +415,8 @@ class BenchSession:
             self.reported.add(report.nodeid)
 
     def write_record(self, item: ScenarioItem, outcome: str, body: dict[str, Any]) -> None:
-        dataset, analyst = item.scenario.dataset, self._analyst
-        if self.matrix is not None:
-            analyst = self.matrix.analyst(item.model)
+        dataset = item.scenario.dataset
+        analyst = self.matrix.analyst(item.model) if self.matrix else self._analyst
         files_hash = self._worlds.get((dataset.world, dataset.snapshot))
         model = item.model or self.options.model
         where = {"run_id": self.run_id, "worker": self.worker, "model": model}
@@ -535,7 +528,7 @@ class BenchSession:
         self.outcomes = Counter(r["outcome"] for r in records)
         self.records = records
         if self.matrix is not None:
-            self.leaderboard = read_json(write_matrix(self.run_dir, header, records))
+            write_matrix(self.run_dir, header, records)
 
 
 SESSION_KEY = pytest.StashKey[BenchSession]()
