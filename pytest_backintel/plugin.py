@@ -24,6 +24,7 @@ from pytest_backintel.options import add_options
 from pytest_backintel.records.html_report import HtmlReport, header_lines, summary_lines
 from pytest_backintel.records.live import LIVE
 from pytest_backintel.run import heap
+from pytest_backintel.run.junit_rates import add_junit_rates
 from pytest_backintel.run.lock_check import check_collected, check_worker_ids
 from pytest_backintel.run.matrix import matrix_summary
 from pytest_backintel.run.progress import Progress
@@ -141,6 +142,14 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
 def pytest_report_header(config: pytest.Config) -> list[str]:
     bench = config.stash[SESSION_KEY]
     return header_lines(bench.options, bench.run_dir, bench.sandbox_description())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
+    result = yield  # every trial reported: the rates go into --junitxml before it is written
+    bench = session.config.stash[SESSION_KEY]
+    add_junit_rates(session.config, bench.run_dir, bench.is_controller)
+    return result
 
 
 @pytest.hookimpl(trylast=True)  # after xdist has stopped its workers: every record is written

@@ -5,8 +5,9 @@
 Exit codes: report 0 (2 for an unreadable run folder); compare 0 when every shipped suite
 accepts and no suite of your own is `worse` (`better` and `no detectable difference` are 0, so
 a CI job gates on "not worse"), 1 for a reject or a `worse`, 2 refused (different scenario or
-data hashes, an unreadable run folder or policy file); view 0 (2 for an unreadable run folder,
-or a comparison refused: the run view is written all the same).
+data hashes, an unreadable run folder or policy file); compare with three or more runs (every
+pair, Holm's correction) 1 when a run is worse than the first; view 0 (2 for an unreadable run
+folder, or a comparison refused: the run view is written all the same).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def _compare(args: argparse.Namespace) -> int:
         policy: Policy | str | None = args.policy
         if args.policy not in (None, "acceptance"):
             policy = read_policy(Path(args.policy))
+        if args.others:
+            return _compare_many(args, policy)
         result = compare_runs(
             load_run(args.baseline),
             load_run(args.candidate),
@@ -63,6 +66,18 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"backintel compare: {exc}", file=sys.stderr)
         return 2
     print(render_comparison(result), end="")
+    return 0 if result.ok else 1
+
+
+def _compare_many(args: argparse.Namespace, policy: object) -> int:
+    """Three or more runs: every pair with Holm's correction (`reports.pairwise`)."""
+    from reports.pairwise import compare_many, render_pairwise
+    from reports.verdict import DEFAULT_ALPHA, Policy
+
+    alpha = policy.alpha if isinstance(policy, Policy) else DEFAULT_ALPHA
+    runs = [load_run(p) for p in (args.baseline, args.candidate, *args.others)]
+    result = compare_many(runs, alpha, args.across_bindings)
+    print(render_pairwise(result), end="")
     return 0 if result.ok else 1
 
 
@@ -101,6 +116,11 @@ def register(subparsers: Any, groups: dict[str, Any] | None = None) -> None:
     )
     p.add_argument("baseline", help="the baseline run folder")
     p.add_argument("candidate", help="the candidate run folder")
+    p.add_argument(
+        "others",
+        nargs="*",
+        help="more candidate run folders: every pair is compared, with Holm's correction",
+    )
     p.add_argument(
         "--policy",
         default=None,

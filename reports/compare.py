@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pytest_backintel.records.intervals import PairedDifference, paired_difference
 from reports.load import Run
 from reports.stats import mcnemar_exact
 from reports.summary import CaseSummary, case_summaries, pass_k_by_split
@@ -31,6 +32,7 @@ from reports.verdict import (
     SuiteVerdict,
     decide_paired,
     render_verdict,
+    trial_passes,
 )
 
 __all__ = [
@@ -84,6 +86,8 @@ class SuiteDecision:
     p_value: float
     baseline_pass_k: dict[int, float | None] = field(default_factory=dict)
     candidate_pass_k: dict[int, float | None] = field(default_factory=dict)
+    difference: PairedDifference | None = None
+    """Candidate minus baseline pass rate, paired by case (95%); the decision does not use it."""
 
     @property
     def accepted(self) -> bool:
@@ -262,6 +266,14 @@ def _verdicts(
     return out
 
 
+def _difference(changes: list[CaseChange]) -> PairedDifference:
+    measured = [c for c in changes if not (c.baseline.blocked or c.candidate.blocked)]
+    return paired_difference(
+        {c.scenario_id: trial_passes(c.baseline) for c in measured},
+        {c.scenario_id: trial_passes(c.candidate) for c in measured},
+    )
+
+
 def _pass_k(cases: list[CaseSummary]) -> dict[int, float | None]:
     return next(iter(pass_k_by_split([replace(c, split="") for c in cases]).values()), {})
 
@@ -308,6 +320,7 @@ def compare_runs(
                 mcnemar_exact(fixed, broken),
                 b_pass_k.get(split, {}),
                 c_pass_k.get(split, {}),
+                _difference(changes),
             )
         )
     return Comparison(baseline, candidate, decisions, verdicts, bindings)
@@ -347,6 +360,8 @@ def render_comparison(result: Comparison) -> str:
             f"both fail {suite.count('both_fail')}, blocked {suite.count('blocked')}; "
             f"exact McNemar p = {suite.p_value:.4f} (two-sided, discordant pairs)"
         )
+        if suite.difference is not None and suite.difference.estimate is not None:
+            lines.append(f"  paired difference (candidate - baseline): {suite.difference.text()}")
         if suite.baseline_pass_k or suite.candidate_pass_k:
             lines.append(f"  pass^k baseline  {_fmt_k(suite.baseline_pass_k) or 'n/a'}")
             lines.append(f"  pass^k candidate {_fmt_k(suite.candidate_pass_k) or 'n/a'}")

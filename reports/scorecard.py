@@ -34,8 +34,16 @@ def num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def interval(value: dict[str, Any] | None, fmt: str = "{:.1%}") -> str:
+    """A run.json interval as `[51.0%, 72.0%]`, empty when there is none."""
+    if not value or value.get("low") is None or value.get("high") is None:
+        return ""
+    return f"[{fmt.format(value['low'])}, {fmt.format(value['high'])}]"
+
+
 _ENV.filters["pct"] = pct
 _ENV.filters["num"] = num
+_ENV.filters["interval"] = interval
 
 
 def _seconds(value: float | None) -> str:
@@ -66,6 +74,32 @@ def _facts(summary: RunSummary) -> list[tuple[str, str]]:
     ]
 
 
+def _with_interval(value: dict[str, Any] | None, fmt: str) -> str:
+    if not value or value.get("estimate") is None:
+        return "n/a"
+    bounds = interval(value, fmt)
+    return f"{fmt.format(value['estimate'])} {bounds} ({value['method']})".replace("  ", " ")
+
+
+def _interval_rows(summary: RunSummary) -> list[tuple[str, str]]:
+    """Latency percentiles, cost per solved case and refusal accuracy with their intervals."""
+    found = summary.intervals
+    if not found:
+        return []
+    latency = found.get("latency_s") or {}
+    rows = [(f"latency {q}", _with_interval(latency.get(q), "{:.3f} s")) for q in ("p50", "p90")]
+    rows.append(
+        ("cost per solved case (USD)", _with_interval(found.get("cost_per_solved_usd"), "${:.4f}"))
+    )
+    rows.append(
+        (
+            "refusal accuracy (unanswerable cases)",
+            _with_interval(found.get("refusal_accuracy"), "{:.1%}"),
+        )
+    )
+    return rows
+
+
 def _usage_rows(summary: RunSummary) -> list[tuple[str, str]]:
     lat, use = summary.latency, summary.usage
     rng = "n/a" if lat.min_s is None else f"{lat.min_s:.3f} – {lat.max_s:.3f} s"
@@ -81,6 +115,7 @@ def _usage_rows(summary: RunSummary) -> list[tuple[str, str]]:
         ("output tokens", f"{use.output_tokens}{more}"),
         ("tool calls", str(use.tool_calls)),
         (f"cost (USD, prices as of {use.prices_as_of})", cost),
+        *_interval_rows(summary),
     ]
 
 
@@ -107,7 +142,13 @@ def scorecard_context(summary: RunSummary, charts: list[ChartFile]) -> dict[str,
     overall_line = (
         f"{t.trials} trials: {t.attempted} attempted, {t.passed} passed, {t.failed} failed, "
         f"{t.blocked} blocked (infra_error, provider_error), {t.not_run} not run; "
-        f"pass rate {pct(t.pass_rate)} of attempted."
+        f"pass rate {pct(t.pass_rate)} of attempted"
+    )
+    rate = summary.intervals.get("pass_rate") or {}
+    overall_line += (
+        f"; 95% interval {interval(rate)} ({rate['method']})."
+        if rate.get("low") is not None
+        else "."
     )
     if n := summary.run.retried:
         overall_line += (
@@ -124,6 +165,8 @@ def scorecard_context(summary: RunSummary, charts: list[ChartFile]) -> dict[str,
         "breakdowns": list(summary.breakdowns.items()),
         "usage_rows": _usage_rows(summary),
         "pass_k": sorted(summary.pass_k.items()),
+        "pass_k_intervals": summary.intervals.get("pass_k_by_split", {}),
+        "by_interval": summary.intervals.get("by", {}),
         "pass_k_columns": columns,
         "cases": summary.cases,
         "failures": _failures(summary),

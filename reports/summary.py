@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records.prices import PriceTable, load_prices
+from pytest_backintel.records.rates import run_intervals
 from pytest_backintel.records.tally import (
     DIMENSIONS,
     NOT_ATTEMPTED,
@@ -173,6 +174,8 @@ class RunSummary:
     usage: UsageTotals
     pass_k: dict[str, dict[int, float | None]] = field(default_factory=dict)
     """split -> k -> pass^k over that split's cases (only where some case has > 1 trial)."""
+    intervals: dict[str, Any] = field(default_factory=dict)
+    """Every rate with its interval (`pytest_backintel.records.rates.run_intervals`)."""
 
 
 def _group(
@@ -207,4 +210,5 @@ def summarize(run: Run, prices: PriceTable | None = None) -> RunSummary:
         latency=latency(records),
         usage=usage_totals(records, run.model, prices or load_prices()),
         pass_k=pass_k_by_split(cases),
+        intervals=run_intervals(records),
     )

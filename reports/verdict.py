@@ -1,5 +1,5 @@
 """A comparison a team can act on, for its own suites: `better`, `no detectable difference` or
-`worse`, with the reason.
+`worse`, with the reason and the size.
 
 Every case is paired (fixed, broken, both pass, both fail, blocked). A suite's policy (its
 suite file's `policy:`, or `backintel compare --policy FILE`) may name `mandatory` cases, which
@@ -8,12 +8,13 @@ level (default 0.05). The verdict, in this order:
 
 1. `worse` when a mandatory case does not pass in the candidate (failed or blocked), or a control
    that passed in the baseline does not pass in the candidate;
-2. otherwise, among the discordant pairs (cases that changed): `better` when at least one case
-   was fixed and none broken, `worse` when at least one was broken and none fixed (every paired
-   change points one way);
-3. when cases changed both ways, the exact two-sided McNemar test on the discordant pairs
-   decides: p < alpha gives the direction with more changes, else `no detectable difference`;
-4. no case changed: `no detectable difference`.
+2. otherwise the paired difference in pass rate decides (per case, the candidate's share of
+   passed trials minus the baseline's; its (1 - alpha) interval clustered by case, see
+   `pytest_backintel.records.intervals`): `better` only when the interval excludes zero on the
+   better side, `worse` only when it excludes zero on the worse side; with one trial per case
+   the exact two-sided McNemar test on the discordant pairs must agree (p < alpha);
+3. otherwise `no detectable difference`, stating the smallest difference this pair of runs could
+   have detected at 80% power and the suite's alpha.
 
 Blocked cases (the candidate or the baseline not measured: infra or provider failure, not run)
 are left out of the pairs and named.
@@ -27,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from pytest_backintel.records.intervals import PairedDifference, paired_difference
+from pytest_backintel.records.tally import NOT_ATTEMPTED
 from reports.stats import mcnemar_exact
 from reports.summary import CaseSummary
 
@@ -62,7 +65,7 @@ class Policy:
     controls: tuple[str, ...] = ()
     """Cases that must not regress (pass in the baseline -> pass in the candidate)."""
     alpha: float = DEFAULT_ALPHA
-    """Significance level of the exact McNemar test when cases changed both ways."""
+    """Significance level: the paired interval is at 1 - alpha (and McNemar's test at alpha)."""
     source: str = "default"
     """Where the policy came from: `default`, `suite file`, or the `--policy` file."""
 
@@ -154,6 +157,10 @@ class SuiteVerdict:
     """Cases passed / cases measured in each run (None: nothing measured)."""
     baseline_pass_k: dict[int, float | None] = field(default_factory=dict)
     candidate_pass_k: dict[int, float | None] = field(default_factory=dict)
+    difference: PairedDifference | None = None
+    """Candidate minus baseline pass rate, paired by case, with its (1 - alpha) interval."""
+    detectable: float | None = None
+    """The smallest difference this pair could detect at 80% power and alpha."""
 
     def count(self, change: str) -> int:
         return sum(c.change == change for c in self.cases)
@@ -188,6 +195,47 @@ def _policy_reasons(cases: list[PairedCase], policy: Policy) -> list[str]:
     return reasons
 
 
+def trial_passes(case: CaseSummary) -> list[bool]:
+    """Whether each attempted trial of a case passed (blocked and not-run trials left out)."""
+    return [o == "pass" for o in case.outcomes if o not in NOT_ATTEMPTED]
+
+
+def paired_cases_difference(cases: list[PairedCase], alpha: float) -> PairedDifference:
+    """The paired difference over the cases measured in both runs, at confidence 1 - alpha."""
+    measured = [c for c in cases if c.change != "blocked"]
+    before = {c.scenario_id: trial_passes(c.baseline) for c in measured}
+    after = {c.scenario_id: trial_passes(c.candidate) for c in measured}
+    return paired_difference(before, after, 1 - alpha)
+
+
+def _size_reasons(
+    d: PairedDifference, one_trial: bool, p: float, alpha: float
+) -> tuple[str, list[str]]:
+    """(verdict, reasons) from the paired interval (and McNemar's p with one trial per case)."""
+    if d.estimate is None or d.low is None or d.high is None:
+        return NO_DIFFERENCE, ["no case was measured in both runs"]
+    size = f"paired difference {d.text()}"
+    exact = f"; exact McNemar p = {p:.4f}" if one_trial else ""
+    agrees = not one_trial or p < alpha
+    if d.low > 0 and agrees:
+        return BETTER, [f"{size} excludes 0 on the better side{exact} < alpha {alpha:g}"]
+    if d.high < 0 and agrees:
+        return WORSE, [f"{size} excludes 0 on the worse side{exact} < alpha {alpha:g}"]
+    why = "includes 0" if d.low <= 0 <= d.high else f"excludes 0 but{exact[1:]} >= alpha {alpha:g}"
+    return NO_DIFFERENCE, [
+        f"{size} {why}; the smallest difference these runs could detect at 80% power, "
+        f"alpha {alpha:g}, is {detectable_text(d.detectable(0.8, alpha))}"
+    ]
+
+
+def detectable_text(size: float | None) -> str:
+    """A detectable difference as said: `0.150`, or that no difference in pass rate (at most
+    1) could be detected."""
+    if size is None:
+        return "n/a"
+    return f"{size:.3f}" if size <= 1 else f"{size:.2f}, more than any difference in pass rate"
+
+
 def decide_paired(
     suite: str,
     cases: list[PairedCase],
@@ -201,29 +249,23 @@ def decide_paired(
     notes = []
     if blocked := [c.scenario_id for c in cases if c.change == "blocked"]:
         notes.append(f"left out, not measured in both runs: {', '.join(blocked)}")
-    test = f"{len(fixed)} fixed, {len(broken)} broken; exact McNemar p = {p:.4f}"
+    d = paired_cases_difference(cases, policy.alpha)
+    one_trial = all(len(c.baseline.outcomes) == len(c.candidate.outcomes) == 1 for c in cases)
     if reasons := _policy_reasons(cases, policy):
         verdict = WORSE
-    elif fixed and not broken:
-        verdict, reasons = BETTER, [f"{test}: every case that changed was fixed"]
-        reasons += [f"fixed: {_changed(c)}" for c in fixed]
-    elif broken and not fixed:
-        verdict, reasons = WORSE, [f"{test}: every case that changed was broken"]
-        reasons += [f"broken: {_changed(c)}" for c in broken]
-    elif fixed and broken:
-        significant = p < policy.alpha
-        verdict = (BETTER if len(fixed) > len(broken) else WORSE) if significant else NO_DIFFERENCE
-        relation = "<" if significant else ">="
-        reasons = [f"{test} {relation} alpha {policy.alpha:g}: cases changed both ways"]
-        reasons += [f"fixed: {_changed(c)}" for c in fixed]
-        reasons += [f"broken: {_changed(c)}" for c in broken]
     else:
-        verdict, reasons = NO_DIFFERENCE, ["no case changed between the runs"]
-    if verdict == BETTER and p >= policy.alpha:
+        verdict, reasons = _size_reasons(d, one_trial, p, policy.alpha)
+        if d.estimate == 0 and not fixed and not broken and verdict == NO_DIFFERENCE:
+            reasons.insert(0, "no case changed between the runs")
+        reasons += [f"fixed: {_changed(c)}" for c in fixed]
+        reasons += [f"broken: {_changed(c)}" for c in broken]
+    if verdict == NO_DIFFERENCE and bool(fixed) != bool(broken):
+        way = "fixed" if fixed else "broken"
         notes.append(
-            f"p = {p:.4f} >= alpha {policy.alpha:g}: with this few changed cases the "
-            "improvement is not statistically significant; more cases or trials would tell"
+            f"every case that changed was {way} ({len(fixed or broken)}), but the difference is "
+            "not statistically significant at this many cases and trials"
         )
+    detectable = d.detectable(0.8, policy.alpha) if d.cases else None
     return SuiteVerdict(
         suite,
         policy,
@@ -235,6 +277,8 @@ def decide_paired(
         _rate([c.baseline for c in cases]),
         _rate([c.candidate for c in cases]),
         *pass_k,
+        d,
+        detectable,
     )
 
 
@@ -257,6 +301,13 @@ def render_verdict(v: SuiteVerdict) -> list[str]:
         f"{rate(v.candidate_pass_rate)}; exact McNemar p = {v.p_value:.4f} (two-sided, "
         "discordant pairs)",
     ]
+    if v.difference is not None:
+        lines.append(f"  paired difference (candidate - baseline): {v.difference.text()}")
+        if v.verdict == NO_DIFFERENCE and v.detectable is not None:
+            lines.append(
+                f"  smallest detectable difference: {detectable_text(v.detectable)} "
+                f"(80% power, alpha {v.policy.alpha:g})"
+            )
     if v.baseline_pass_k or v.candidate_pass_k:
         lines.append(f"  pass^k baseline  {fmt_k(v.baseline_pass_k) or 'n/a'}")
         lines.append(f"  pass^k candidate {fmt_k(v.candidate_pass_k) or 'n/a'}")

@@ -84,13 +84,20 @@ def _summary_sheet(book: Workbook, summary: RunSummary, banners: list[str]) -> N
     ]
     for dim, rows in summary.breakdowns.items():
         _append(sheet, [])
-        _append(sheet, [dim, *header, "pass rate"], bold=True)
+        _append(sheet, [dim, *header, "pass rate", "95% low", "95% high", "method"], bold=True)
         for name, t in rows:
+            ci = summary.intervals.get("by", {}).get(dim, {}).get(name) or {}
             _append(
                 sheet,
                 [name, t.trials, t.attempted, t.passed, t.failed, t.blocked, t.not_run,
-                 pct(t.pass_rate)],
+                 pct(t.pass_rate), ci.get("low"), ci.get("high"), ci.get("method", "")],
             )  # fmt: skip
+    for split, values in summary.intervals.get("pass_k_by_split", {}).items():
+        _append(sheet, [])
+        _append(sheet, [f"pass^k ({split})", "estimate", "95% low", "95% high", "method"], True)
+        for k, ci in values.items():
+            row = [f"k={k}", ci["estimate"], ci["low"], ci["high"], ci["method"]]
+            _append(sheet, row)
     sheet.column_dimensions["A"].width = 34
     sheet.column_dimensions["B"].width = 60
 

@@ -74,6 +74,18 @@ def test_every_item_carries_its_outcome(pytester: pytest.Pytester, workers: list
     assert missing_outcome(cases) == []
     for record in records:
         assert dict(cases[record["nodeid"].rsplit("::", 1)[-1]])["outcome"] == record["outcome"]
+    # the run's pass rate with its interval and method, as testsuite properties (#37)
+    suite = ET.parse(pytester.path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    props = {p.get("name"): p.get("value") for p in suite.iterfind("properties/property")}
+    attempted = [r for r in records if r["outcome"] not in ("infra_error", "not_run")]
+    rate = sum(r["outcome"] == "pass" for r in attempted) / len(attempted)
+    assert props["backintel_pass_rate"] == f"{rate:.4f}"
+    assert props["backintel_pass_rate_method"] == "Wilson 95%"
+    assert (
+        float(props["backintel_pass_rate_low"]) <= rate <= float(props["backintel_pass_rate_high"])
+    )
+    assert props["backintel_pass_rate[development]"] is not None
 
 
 def test_the_outcome_check_rejects_a_case_without_one() -> None:

@@ -169,25 +169,35 @@ def test_a_candidate_that_fixes_one_case_and_breaks_none_is_better_and_one_that_
     broken = run(repo, "breaks_one")
     assert broken == base | {"german-customers": "false_refusal"}
 
+    # one case of four changed: every change points one way, but the paired interval over
+    # four cases includes 0, so neither run is called better or worse (#37); both directions
+    # say that the change is not significant (#42)
     better = compare(repo, "results/baseline", "results/fixes_one")
     assert better.ret == 0, better.stdout.str() + better.stderr.str()
     better.stdout.fnmatch_lines(
         [
-            "suite shop: BETTER",
+            "suite shop: NO DETECTABLE DIFFERENCE",
             "*4 cases: both pass 2, fixed 1, broken 0, both fail 1, blocked 0",
             "*pass rate: baseline 50.0%, candidate 75.0%; exact McNemar p = 1.0000*",
+            "*paired difference (candidate - baseline): +0.250 ?-0.546, +1.000? (paired over 4 "
+            "cases, clustered by case, 95%)",
+            "*smallest detectable difference: 0.700 (80% power, alpha 0.05)",
             "*canceled-orders*fixed*false_refusal -> pass",
-            "VERDICT: better",
+            "*note: every case that changed was fixed (1), but the difference is not "
+            "statistically significant*",
+            "VERDICT: no detectable difference",
         ]
     )
     worse = compare(repo, "results/baseline", "results/breaks_one")
-    assert worse.ret == 1, worse.stdout.str() + worse.stderr.str()
+    assert worse.ret == 0, worse.stdout.str() + worse.stderr.str()
     worse.stdout.fnmatch_lines(
         [
-            "suite shop: WORSE",
+            "suite shop: NO DETECTABLE DIFFERENCE",
             "*german-customers*broken*pass -> false_refusal",
+            "*note: every case that changed was broken (1), but the difference is not "
+            "statistically significant*",
             "*- broken: german-customers (pass -> false_refusal)",
-            "VERDICT: worse",
+            "VERDICT: no detectable difference",
         ]
     )
     # the shipped promotion rule, asked for: every case is mandatory, so the fix is rejected
@@ -265,12 +275,14 @@ def summary(case: str, outcome: str) -> CaseSummary:
 @pytest.mark.parametrize(
     ("changes", "verdict"),
     [
-        ("fpx", BETTER),
-        ("bpx", WORSE),
+        ("fpx", NO_DIFFERENCE),  # one way, but the interval over 3 cases includes 0
+        ("bpx", NO_DIFFERENCE),
+        ("ffffffpppp", BETTER),  # +0.6 [+0.23, +0.97]; McNemar p = 0.031
+        ("bbbbbbpppp", WORSE),
         ("ppxx", NO_DIFFERENCE),
         ("fb", NO_DIFFERENCE),  # one each way: p = 1
         ("f" * 9 + "b", BETTER),  # p = 0.0215 < 0.05
-        ("f" * 7 + "b", NO_DIFFERENCE),  # p = 0.0703
+        ("f" * 7 + "b", NO_DIFFERENCE),  # interval excludes 0, but McNemar p = 0.0703
         ("b" * 9 + "f", WORSE),
         ("kp", NO_DIFFERENCE),  # the blocked case is left out and named
     ],
@@ -321,7 +333,9 @@ def test_pass_k_and_blocked_cases_of_an_own_suite(tmp_path: Path) -> None:
     result = compare_runs(load_run(base), load_run(cand))
     assert result.suites == []  # no shipped split: nothing decided by the promotion rule
     (verdict,) = result.verdicts
-    assert (verdict.suite, verdict.verdict, result.ok) == ("shop", BETTER, True)
+    assert (verdict.suite, verdict.verdict, result.ok) == ("shop", NO_DIFFERENCE, True)
+    assert verdict.difference is not None
+    assert verdict.difference.estimate == 0.25
     assert [c.change for c in verdict.cases] == ["fixed", "both_pass", "blocked"]
     assert verdict.notes[0] == "left out, not measured in both runs: c"
     assert (verdict.baseline_pass_rate, verdict.candidate_pass_rate) == (2 / 3, 1.0)
@@ -346,7 +360,7 @@ def test_the_viewer_shows_an_own_suite_verdict(tmp_path: Path) -> None:
 
     base, cand = load_run(run("b", "wrong_value")), load_run(run("c", "pass"))
     data = comparison_data(compare_runs(base, cand), base, cand)
-    assert data["result"]["verdict"] == BETTER
+    assert data["result"]["verdict"] == NO_DIFFERENCE  # one case of two fixed: not significant
     (suite,) = data["suites"]
-    assert (suite["stats"]["suite"], suite["stats"]["verdict"]) == ("shop", BETTER)
+    assert (suite["stats"]["suite"], suite["stats"]["verdict"]) == ("shop", NO_DIFFERENCE)
     assert suite["counts"] == {"both_pass": 1, "fixed": 1}

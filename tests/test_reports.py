@@ -283,7 +283,13 @@ def test_pass_k_table_in_the_scorecard(tmp_path: Path) -> None:
     records = [record(c, o, trial=t) for c, per in outcomes.items() for t, o in enumerate(per)]
     md = build_report(write_run(tmp_path / "pk", header("pk", trials=3), records)).markdown
     # a: (3, 2), b: (3, 3) -> k=1 (2/3 + 1)/2, k=2 (1/3 + 1)/2, k=3 (0 + 1)/2
-    assert "| development | 0.833 | 0.667 | 0.500 |" in md.read_text()
+    # each with its t interval over the two cases (clipped to [0, 1]: two cases say little)
+    text = md.read_text()
+    assert (
+        "| development | 0.833 [0.000, 1.000] | 0.667 [0.000, 1.000] | 0.500 [0.000, 1.000] |"
+        in text
+    )
+    assert "a t interval over the cases' C(c, k) / C(n, k)" in text
     single = build_report(write_run(tmp_path / "one", header("one"), [record("a")])).markdown
     assert "pass^k" not in single.read_text()
 

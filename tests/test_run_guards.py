@@ -283,7 +283,9 @@ def test_progress_lines_name_each_case_and_its_usage_and_quiet_hides_them(
     assert "backintel: running scenario l1-item-grain v1 trial 1" in shown
     assert "backintel: l1-item-grain t1: pass in " in shown
     assert " requests, " in shown
-    assert "backintel: pass rate by level: 1 2/2 (100%), 3 1/1 (100%)" in shown
+    assert (
+        "backintel: pass rate by level: 1 2/2 (100% [34%, 100%]), 3 1/1 (100% [21%, 100%])" in shown
+    )
     quiet = bench(pytester, "--run-id", "p2", "-q").stdout.str()
     assert "backintel: running" not in quiet
     assert "backintel: l1-item-grain t1" not in quiet

@@ -89,7 +89,6 @@ def summary_lines(
     family, why the run stopped early, unmeasured usage, and where the records are."""
     if not outcomes:
         return []
-    from pytest_backintel.records.tally import DIMENSIONS, tally
 
     counts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
     lines = [f"backintel: {counts}"]
@@ -99,6 +98,26 @@ def summary_lines(
             f"backintel: {blocked} blocked (infra_error, provider_error): not the analyst's "
             "fault, not counted as failed answers"
         )
+    lines += _rate_lines(records)
+    if stop_message:
+        lines.append(f"backintel: STOPPED: {stop_message}")
+    unmetered = sum(1 for r in records if (r.get("usage") or {}).get("tokens_reported") is False)
+    if warning := no_usage_warning(unmetered):
+        lines.append(f"backintel: WARNING: {warning}")
+    lines += [f"backintel: WARNING: {w}" for w in probe_warnings(list(records))]
+    return [*lines, f"backintel: records in {run_dir}"]
+
+
+def _rate_lines(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Pass rates with their 95% intervals: overall, by split, level and family; pass^k."""
+    if not records:
+        return []
+    from pytest_backintel.records.intervals import rate_interval
+    from pytest_backintel.records.rates import outcomes_by_case, pass_k_intervals
+    from pytest_backintel.records.tally import DIMENSIONS, tally
+
+    overall = rate_interval(outcomes_by_case(records))
+    lines = [f"backintel: pass rate {overall.percent()}"] if overall.estimate is not None else []
     for dim in ("split", "level", "family"):
         groups: dict[str, list[dict[str, Any]]] = {}
         for record in records:
@@ -107,16 +126,22 @@ def summary_lines(
         for name, group in sorted(groups.items()):
             t = tally(group)
             rate = "n/a" if t.pass_rate is None else f"{t.pass_rate:.0%}"
-            rates.append(f"{name} {t.passed}/{t.attempted} ({rate})")
-        if rates:
-            lines.append(f"backintel: pass rate by {dim}: " + ", ".join(rates))
-    if stop_message:
-        lines.append(f"backintel: STOPPED: {stop_message}")
-    unmetered = sum(1 for r in records if (r.get("usage") or {}).get("tokens_reported") is False)
-    if warning := no_usage_warning(unmetered):
-        lines.append(f"backintel: WARNING: {warning}")
-    lines += [f"backintel: WARNING: {w}" for w in probe_warnings(list(records))]
-    return [*lines, f"backintel: records in {run_dir}"]
+            bounds = rate_interval(outcomes_by_case(group)).bounds("{:.0%}")
+            rates.append(f"{name} {t.passed}/{t.attempted} ({rate}{' ' * bool(bounds)}{bounds})")
+        lines.append(f"backintel: pass rate by {dim}: " + ", ".join(rates))
+    if pass_k := pass_k_intervals(outcomes_by_case(records)):
+        shown = ", ".join(
+            f"k={k} {v.estimate:.2f} {v.bounds('{:.2f}')}".rstrip()
+            for k, v in pass_k.items()
+            if v.estimate is not None
+        )
+        lines.append(f"backintel: pass^k {shown}")
+    if len(lines) > 1:
+        lines.append(
+            "backintel: intervals 95%: Wilson with one trial per case, cluster-robust over cases "
+            "with several (run.json `intervals` has every rate)"
+        )
+    return lines
 
 
 def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:
@@ -133,6 +158,31 @@ def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:
         ("model", record.get("model") or ""),
         ("trial", str(record["trial"])),
     ]
+
+
+def junit_run_properties(records: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The run's pass rate, overall and per split, with its 95% interval and method: JUnit
+    testsuite properties (`backintel_pass_rate`, `backintel_pass_rate_low`, ..._high,
+    ..._method; the same with `[split]` appended per split)."""
+    from pytest_backintel.records.intervals import rate_interval
+    from pytest_backintel.records.rates import outcomes_by_case
+
+    out = []
+    splits = sorted({str(r.get("split", "unknown")) for r in records})
+    groups = [("", list(records))] + [
+        (f"[{s}]", [r for r in records if str(r.get("split", "unknown")) == s]) for s in splits
+    ]
+    for suffix, group in groups:
+        ci = rate_interval(outcomes_by_case(group))
+        if ci.estimate is None or ci.low is None or ci.high is None:
+            continue
+        out += [
+            (f"backintel_pass_rate{suffix}", f"{ci.estimate:.4f}"),
+            (f"backintel_pass_rate_low{suffix}", f"{ci.low:.4f}"),
+            (f"backintel_pass_rate_high{suffix}", f"{ci.high:.4f}"),
+            (f"backintel_pass_rate_method{suffix}", ci.method),
+        ]
+    return out
 
 
 def _pre(text: str) -> str:

@@ -101,7 +101,10 @@ def _in_our_words(exc: Exception) -> str:
 
 
 def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The `run.json` fields computed from the run's records."""
+    """The `run.json` fields computed from the run's records (`intervals`: every rate with its
+    interval, `records.rates`)."""
+    from pytest_backintel.records.rates import run_intervals  # scipy, statsmodels: at the end
+
     scen = sorted({f"{r['scenario_id']}@{r.get('scenario_sha', '')}" for r in records})
     unmetered = sum(1 for r in records if (r.get("usage") or {}).get("tokens_reported") is False)
     return {
@@ -114,6 +117,7 @@ def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "usage_unreported_trials": unmetered,
         "warnings": ([w] if (w := no_usage_warning(unmetered)) else []) + probe_warnings(records),
         "probe_gaps": sorted({g for r in records for g in r.get("probe_gaps") or []}),
+        "intervals": run_intervals(records),
     }
 
 

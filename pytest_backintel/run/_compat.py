@@ -1,4 +1,5 @@
-"""The one place that reads another plugin's internals: which items this process runs next.
+"""The one place that reads another plugin's internals: which items this process runs next,
+and pytest's JUnit XML writer (to add the run's rates as testsuite properties).
 
 Serially that is `session.items` from the current item on. Under pytest-xdist a worker runs
 the indices its controller has queued for it (`WorkerInteractor.torun`, xdist 3.x); without
@@ -13,7 +14,15 @@ import pytest
 
 from pytest_backintel.collect.items import ScenarioItem
 
-__all__ = ["upcoming_items"]
+__all__ = ["junit_xml", "upcoming_items"]
+
+
+def junit_xml(config: pytest.Config) -> Any:
+    """pytest's `LogXML` when `--junitxml` is given (it has `add_global_property`), else None."""
+    from _pytest.junitxml import xml_key
+
+    return config.stash.get(xml_key, None)
+
 
 _POSITIONS = pytest.StashKey[tuple[int, dict[int, int]]]()
 

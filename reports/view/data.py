@@ -185,6 +185,34 @@ def trial_detail(n: int, record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def interval_text(value: dict[str, Any] | None, fmt: str) -> str:
+    """`[51.0%, 72.0%] (Wilson 95%)` from a run.json interval; empty when there is none."""
+    if not value or value.get("low") is None or value.get("high") is None:
+        return ""
+    return f"[{fmt.format(value['low'])}, {fmt.format(value['high'])}] ({value['method']})"
+
+
+def rate_rows(intervals: dict[str, Any]) -> list[list[str]]:
+    """[figure, estimate, interval with method] for every rate the run has an interval for."""
+    rows: list[list[str]] = []
+
+    def add(label: str, value: dict[str, Any] | None, fmt: str) -> None:
+        if value and value.get("estimate") is not None:
+            rows.append([label, fmt.format(value["estimate"]), interval_text(value, fmt)])
+
+    add("pass rate", intervals.get("pass_rate"), "{:.1%}")
+    for dim, groups in (intervals.get("by") or {}).items():
+        for name, value in groups.items():
+            add(f"pass rate, {dim} {name}", value, "{:.1%}")
+    for k, value in (intervals.get("pass_k") or {}).items():
+        add(f"pass^{k}", value, "{:.3f}")
+    add("refusal accuracy", intervals.get("refusal_accuracy"), "{:.1%}")
+    add("cost per solved case (USD)", intervals.get("cost_per_solved_usd"), "{:.4f}")
+    for q, value in (intervals.get("latency_s") or {}).items():
+        add(f"latency {q} (s)", value, "{:.3f}")
+    return rows
+
+
 def headline(summary: RunSummary) -> dict[str, Any]:
     """The run's headline numbers, as the scorecard counts them."""
     run, t, usage = summary.run, summary.overall, summary.usage
@@ -201,6 +229,8 @@ def headline(summary: RunSummary) -> dict[str, Any]:
         "blocked": t.blocked,
         "not_run": t.not_run,
         "pass_rate": t.pass_rate,
+        "pass_rate_interval": interval_text(summary.intervals.get("pass_rate"), "{:.1%}"),
+        "rates": rate_rows(summary.intervals),
         "outcomes": t.outcomes,
         "latency_median_s": summary.latency.median_s,
         "input_tokens": usage.input_tokens,

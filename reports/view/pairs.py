@@ -30,6 +30,8 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if value is None or isinstance(value, str | int | float | bool):
         return value
+    if callable(getattr(value, "text", None)):
+        return value.text()  # an interval or paired difference: `+0.10 [+0.02, +0.18] (method)`
     return str(value)
 
 

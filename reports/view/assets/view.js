@@ -72,7 +72,7 @@
       fact("trials", h.trials),
       fact("attempted", h.attempted),
       fact("passed", h.passed),
-      fact("pass rate (passed / attempted)", rate),
+      fact("pass rate (passed / attempted)", rate + (h.pass_rate_interval ? " " + h.pass_rate_interval : "")),
       fact("failed", h.failed),
       fact("blocked", h.blocked),
       fact("not run", h.not_run),
@@ -80,6 +80,13 @@
       fact("tokens in / out", h.input_tokens + " / " + h.output_tokens),
       fact("cost", cost(h.cost_usd)),
     ]);
+    if (h.rates && h.rates.length) {
+      const table = el("table", "rates");
+      table.id = "rates";
+      add(table, el("tr", "", el("th", "", "figure"), el("th", "", "estimate"), el("th", "", "95% interval (method)")));
+      h.rates.forEach(([label, value, ci]) => add(table, el("tr", "", el("td", "", label), el("td", "n", value), el("td", "", ci))));
+      add($("headline"), el("details", "rates", el("summary", "", "every rate with its interval"), table));
+    }
     renderLeaderboard(index.leaderboard);
     $("charts-box").hidden = !index.charts.length;
     index.charts.forEach((c) => {
