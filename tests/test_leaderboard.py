@@ -164,3 +164,28 @@ def test_the_viewer_and_the_terminal_show_the_leaderboard(tmp_path: Path) -> Non
     run = load_run(tmp_path / "mx" / "openai-a")
     assert site_data(run, summarize(run))[0]["leaderboard"] is not None
     assert leaderboard_lines([]) == []
+
+
+def test_the_viewer_shows_the_leaderboard_in_a_browser(tmp_path: Path) -> None:
+    from view_pages import chromium, open_view
+
+    from reports.view import write_view
+
+    folder = matrix_folder(tmp_path)
+    site = write_view(load_run(folder / "openai-b"))
+    (folder / "matrix.json").unlink()  # a folder that is no matrix's shows no leaderboard
+    plain = write_view(load_run(folder / "openai-a"), out_dir=tmp_path / "plain")
+    with chromium() as browser:
+        opened = open_view(browser, site.index)
+        board = opened.page.locator("#leaderboard table")
+        assert opened.page.locator("#leaderboard h2").text_content() == "Leaderboard — matrix mx"
+        rows = board.locator("tbody tr")
+        assert rows.count() == 2
+        first = rows.nth(0).locator("td").all_text_contents()
+        assert first[:4] == ["1", "openai:a", "100.0%", "[43.9%, 100.0%]"]
+        assert "Wilson over 3 cases" in first[4]
+        second = rows.nth(1).locator("td").all_text_contents()
+        assert "vs openai:a (tied;" in second[-1]
+        assert opened.console == []
+        other = open_view(browser, plain.index)
+        assert other.page.locator("#leaderboard").is_hidden()
