@@ -252,3 +252,17 @@ def test_an_outage_hits_every_model_alike_and_retry_blocked_scores_them(
         ("openai:qwen3", 6, 0),
         ("openai:llama3", 2, 0),
     ]
+
+
+def test_a_matrix_runs_on_xdist_workers(model_server: ModelServer, tmp_path: Path) -> None:
+    script(model_server)
+    cmd = command(model_server, tmp_path, "--run-id", "mx")
+    at = cmd.index("no:xdist")
+    run([*cmd[: at - 1], *cmd[at + 1 :], "-n", "2"])
+    matrix = json.loads((tmp_path / "mx" / "matrix.json").read_text())
+    assert [(m["planned"], m["recorded"]) for m in matrix["models"]] == [(6, 6), (6, 6)]
+    workers = {r["worker"] for r in records(tmp_path / "mx")}
+    assert workers == {"gw0", "gw1"}
+    for name in MODELS.values():
+        mine = records(tmp_path / "mx" / f"openai-{name}")
+        assert {r["scenario_id"] for r in mine if r["outcome"] != "pass"} == WRONG[name]
