@@ -266,3 +266,30 @@ def test_a_matrix_runs_on_xdist_workers(model_server: ModelServer, tmp_path: Pat
     for name in MODELS.values():
         mine = records(tmp_path / "mx" / f"openai-{name}")
         assert {r["scenario_id"] for r in mine if r["outcome"] != "pass"} == WRONG[name]
+
+
+def test_the_scripted_server_answers_each_model_by_its_own_script() -> None:
+    import urllib.request
+
+    from pytest_backintel.testing.model_script import model_and_match
+    from pytest_backintel.testing.model_server import model_server
+
+    assert model_and_match("@qwen3 delivered") == ("qwen3", "delivered")
+    assert model_and_match("delivered orders") == (None, "delivered orders")
+    with model_server() as server:
+        server.script("delivered", [Step(text="from qwen3")], model="qwen3")
+        server.script("delivered", [Step(text="from anyone")])
+
+        def ask(model: str) -> str:
+            body = {"model": model, "messages": [{"role": "user", "content": "delivered?"}]}
+            request = urllib.request.Request(
+                f"{server.url}/chat/completions",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as response:
+                answer = json.loads(response.read())
+            return str(answer["choices"][0]["message"]["content"])
+
+        assert ask("qwen3") == "from qwen3"
+        assert ask("llama3") == "from anyone"
