@@ -293,3 +293,37 @@ def test_the_scripted_server_answers_each_model_by_its_own_script() -> None:
 
         assert ask("qwen3") == "from qwen3"
         assert ask("llama3") == "from anyone"
+
+
+@pytest.mark.parametrize(("groups", "most"), [(("p", "p"), 3), (("p", "q"), 6)])
+def test_the_models_at_one_provider_share_its_connections(
+    groups: tuple[str, str], most: int
+) -> None:
+    """`--max-connections 3`: two models at one provider have 3 requests in flight between
+    them; at two providers, 3 each."""
+    import asyncio
+
+    from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from analyst.connections import ConnectionLimitedModel
+
+    now_most = [0, 0]
+
+    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        now_most[0] += 1
+        now_most[1] = max(now_most)
+        await asyncio.sleep(0.02)
+        now_most[0] -= 1
+        return ModelResponse(parts=[TextPart("ok")])
+
+    models = [ConnectionLimitedModel(FunctionModel(respond), 3, group=g) for g in groups]
+    prompt: list[ModelMessage] = [ModelRequest.user_text_prompt("how many?")]
+
+    async def both() -> None:
+        params = ModelRequestParameters()
+        await asyncio.gather(*(m.request(prompt, None, params) for m in models for _ in range(8)))
+
+    asyncio.run(both())
+    assert now_most[1] == most
