@@ -61,6 +61,8 @@ def leaderboard_context(matrix: dict[str, Any]) -> dict[str, Any]:
         paired = "—"
         if versus:
             verdict = "separated" if versus.get("separated") else "tied"
+            if versus.get("low") is None:
+                verdict = "nothing to pair"
             paired = (
                 f"{_signed(versus['estimate'])} [{_signed(versus['low'])}, "
                 f"{_signed(versus['high'])}] vs {versus['against']} ({verdict}; {versus['method']})"

@@ -189,3 +189,19 @@ def test_the_viewer_shows_the_leaderboard_in_a_browser(tmp_path: Path) -> None:
         assert opened.console == []
         other = open_view(browser, plain.index)
         assert other.page.locator("#leaderboard").is_hidden()
+
+
+def test_a_model_with_nothing_attempted_comes_last_and_ties_with_none() -> None:
+    records = runs({"openai:a": 0, "openai:b": 2, "openai:c": 0}, cases=4, trials=1)
+    records = [
+        r | {"outcome": "provider_error"} if r["model"] == "openai:c" else r for r in records
+    ]
+    rows = board(records)
+    assert [(r["model"], r["rank"]) for r in rows] == [
+        ("openai:b", 1),
+        ("openai:a", 1),  # 0% against 50% over 4 cases: not separable
+        ("openai:c", 3),  # nothing attempted: last, its own place
+    ]
+    assert rows[1]["pass_rate"]["estimate"] == 0.0
+    assert rows[2]["pass_rate"]["estimate"] is None
+    assert rows[2]["versus_above"]["separated"]

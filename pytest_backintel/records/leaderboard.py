@@ -99,10 +99,13 @@ def _row(model: str, folder: str, records: Sequence[dict[str, Any]]) -> LeaderRo
 def leaderboard(
     by_model: Mapping[str, Sequence[dict[str, Any]]], folders: Mapping[str, str]
 ) -> list[LeaderRow]:
-    """The ranked rows of every model (best pass rate first; a model without an attempted
-    trial last, unranked ties broken by model name)."""
+    """The ranked rows of every model, best pass rate first (equal rates by model name); a
+    model with no attempted trial, or none in a case the leader attempted, is not tied: it
+    takes its own place, last."""
     rows = [_row(m, folders[m], records) for m, records in by_model.items()]
-    rows.sort(key=lambda r: (-(r.pass_rate["estimate"] or -1.0), r.model))
+    rows.sort(
+        key=lambda r: (r.pass_rate["estimate"] is None, -(r.pass_rate["estimate"] or 0), r.model)
+    )
     ranked: list[LeaderRow] = []
     leader: LeaderRow | None = None
     for place, row in enumerate(rows, start=1):
@@ -112,7 +115,7 @@ def leaderboard(
         diff = paired_difference(
             outcomes_by_case(by_model[leader.model]), outcomes_by_case(by_model[row.model])
         )
-        tied = diff.low is None or diff.high is None or diff.low <= 0 <= diff.high
+        tied = diff.low is not None and diff.high is not None and diff.low <= 0 <= diff.high
         versus = diff.to_json() | {"against": leader.model, "separated": not tied}
         ranked.append(new := _with(row, rank=leader.rank if tied else place, versus_above=versus))
         if not tied:
