@@ -384,12 +384,15 @@ def model_matrix(given: list[str] | None, suite_models: list[str] | None = None)
 
 
 def read_options(config: pytest.Config, suite_models: list[str] | None = None) -> BenchOptions:
-    models = model_matrix(config.getoption("--model"), suite_models)
-    model = (models[0] if len(models) == 1 else None) or (
-        None if models else os.environ.get("BACKINTEL_MODEL") or None
-    )
+    given, explicit = config.getoption("--model"), config.getoption("--analyst")
+    if explicit and spec_kind(explicit) in ("calibration", "replay"):
+        suite_models = None  # a calibration or replay run calls no model: a suite's are unused
+    models = model_matrix(given, suite_models)
+    model = models[0] if len(models) == 1 else None
+    if not models:
+        model = os.environ.get("BACKINTEL_MODEL") or None
     base_url = config.getoption("--model-base-url") or os.environ.get("BACKINTEL_MODEL_BASE_URL")
-    analyst = config.getoption("--analyst") or ("model" if model or models else "reference")
+    analyst = explicit or ("model" if model or models else "reference")
     resumed = _resumed(config)
     if analyst == "model" and not (model or models):
         raise pytest.UsageError("--analyst model needs --model or BACKINTEL_MODEL")

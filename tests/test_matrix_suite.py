@@ -117,3 +117,9 @@ def test_a_suite_files_models_are_checked(repo: pytest.Pytester) -> None:
     result = repo.runpytest_subprocess("suite", "-p", "no:xdist", "--analyst", "agent:per_model")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"{suite}:8: models: a list of distinct model strings" in result.stderr.str()
+
+
+def test_a_calibration_run_of_the_suite_leaves_its_models_aside(repo: pytest.Pytester) -> None:
+    result = repo.runpytest_subprocess("suite", "-p", "no:xdist", "--analyst", "reference")
+    result.assert_outcomes(passed=1)
+    assert not list((repo.path / "results").glob("*/matrix.json"))
