@@ -370,24 +370,11 @@ def _resumed(config: pytest.Config) -> tuple[str | None, bool]:
     return run, bool(retry)
 
 
-def model_matrix(given: list[str] | None, suite_models: list[str] | None = None) -> list[str]:
-    """The models `--model` names (each once, in the order given), else a suite file's
-    `models`; a model named twice is a usage error."""
-    models = [m.strip() for m in (given or suite_models or [])]
-    if any(not m for m in models):
-        raise pytest.UsageError("--model '': give a model string, e.g. openai:gpt-5.1")
-    if twice := sorted({m for m in models if models.count(m) > 1}):
-        raise pytest.UsageError(
-            f"--model {twice[0]!r} is given twice: a model matrix names each model once"
-        )
-    return models
-
-
-def read_options(config: pytest.Config, suite_models: list[str] | None = None) -> BenchOptions:
-    given, explicit = config.getoption("--model"), config.getoption("--analyst")
-    if explicit and spec_kind(explicit) in ("calibration", "replay"):
-        suite_models = None  # a calibration or replay run calls no model: a suite's are unused
-    models = model_matrix(given, suite_models)
+def read_options(config: pytest.Config, models: list[str] | None = None) -> BenchOptions:
+    """The options; `models` are the checked `--model` values, or a suite file's models
+    (`pytest_backintel.run.matrix.models_of`); None reads `--model` as given."""
+    explicit = config.getoption("--analyst")
+    models = list(config.getoption("--model") or []) if models is None else models
     model = models[0] if len(models) == 1 else None
     if not models:
         model = os.environ.get("BACKINTEL_MODEL") or None

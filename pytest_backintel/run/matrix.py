@@ -26,7 +26,7 @@ import pytest
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.collect.items import model_slug
 from pytest_backintel.collect.suites import SuiteFileError, nearest
-from pytest_backintel.options import BenchOptions
+from pytest_backintel.options import BenchOptions, spec_kind
 from pytest_backintel.records.leaderboard import leaderboard_lines
 from pytest_backintel.records.matrix_folder import MATRIX_FILE
 from pytest_backintel.records.method_hash import analyst_method_hash, model_api_of
@@ -39,6 +39,8 @@ __all__ = [
     "analysts_of",
     "cassette_folder",
     "matrix_summary",
+    "model_matrix",
+    "models_of",
     "provider_of",
     "suite_models",
 ]
@@ -135,6 +137,29 @@ def cassette_folder(session: Any, item: Any) -> Path:
     matrix: ModelMatrix | None = session.matrix
     run_dir: Path = session.run_dir
     return run_dir if matrix is None or item.model is None else run_dir / matrix.slugs[item.model]
+
+
+def model_matrix(given: list[str] | None, suite_models: list[str] | None) -> list[str]:
+    """The models `--model` names (each once, in the order given), else a suite file's
+    `models`; a model named twice is a usage error."""
+    models = [m.strip() for m in (given or suite_models or [])]
+    if any(not m for m in models):
+        raise pytest.UsageError("--model '': give a model string, e.g. openai:gpt-5.1")
+    if twice := sorted({m for m in models if models.count(m) > 1}):
+        raise pytest.UsageError(
+            f"--model {twice[0]!r} is given twice: a model matrix names each model once"
+        )
+    return models
+
+
+def models_of(config: pytest.Config) -> list[str]:
+    """The models this run measures: `--model` (each once), else the suite file's (not for a
+    calibration or replay run, which calls no model)."""
+    explicit = config.getoption("--analyst")
+    calls_no_model = explicit and spec_kind(explicit) in ("calibration", "replay")
+    return model_matrix(
+        config.getoption("--model"), None if calls_no_model else suite_models(config)
+    )
 
 
 def suite_models(config: pytest.Config) -> list[str] | None:

@@ -50,7 +50,7 @@ from pytest_backintel.run.analysts import AnalystLoadError, load_analyst
 from pytest_backintel.run.budget import RunBudget
 from pytest_backintel.run.cleanup import clean_stale_in_background, remove_folder
 from pytest_backintel.run.failure import ScenarioFailure
-from pytest_backintel.run.matrix import ModelMatrix, analysts_of, cassette_folder, suite_models
+from pytest_backintel.run.matrix import ModelMatrix, analysts_of, cassette_folder, models_of
 from pytest_backintel.run.pipeline import LOOKAHEAD, TrialPipeline, trials_in_flight
 from pytest_backintel.run.resume import Resumption
 from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeable
@@ -79,7 +79,7 @@ class BenchSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.options: BenchOptions = run_folder.replayed(read_options(config, suite_models(config)))
+        self.options: BenchOptions = run_folder.replayed(read_options(config, models_of(config)))
         self.matrix = ModelMatrix.of(self.options)  # None: one model, or none
         self.root = config.rootpath
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
