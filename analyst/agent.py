@@ -301,8 +301,11 @@ class ModelAnalyst:
         check: Callable[[], None] = lambda: None,
         retry_policy: RetryPolicy | None = None,
         max_connections: int | None = None,
+        connection_group: str | None = None,
     ) -> None:
         self.model = model
+        self.connection_group = connection_group
+        """Analysts with the same group share one `max_connections` cap (one provider)."""
         self.name = name or _model_label(model)
         self._agent = build_agent()
         self._resolved: Model | None = None
@@ -317,7 +320,9 @@ class ModelAnalyst:
         if self._resolved is None:
             priced = _priced(cache_tool_schemas(infer_model(self.model)), self.name)
             if self.max_connections is not None:
-                priced = ConnectionLimitedModel(priced, self.max_connections)
+                priced = ConnectionLimitedModel(
+                    priced, self.max_connections, group=self.connection_group
+                )
             self._resolved = RetryingModel(priced, self._retry_policy)
         return self._resolved
 

@@ -6,6 +6,7 @@ trials in flight than connections a request is always waiting when one ends, and
 never sees more than N at once: what a rate limit or a local server's parallel slots ask for.
 Every agent run of the process is a task on one event loop (`analyst.loop`), so one semaphore
 serves all of them; a request waiting for a connection is not sent, and not yet an attempt.
+Models given the same `group` (a model matrix's models at one provider) share one semaphore.
 """
 
 from __future__ import annotations
@@ -22,16 +23,21 @@ from pydantic_ai.settings import ModelSettings
 
 __all__ = ["ConnectionLimitedModel"]
 
+_GROUPS: dict[tuple[str, int], dict[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
+"""The semaphores (per event loop) each connection group of this process shares."""
+
 
 class ConnectionLimitedModel(WrapperModel):
     """The wrapped model, with at most `limit` requests in flight at once."""
 
-    def __init__(self, wrapped: Model, limit: int) -> None:
+    def __init__(self, wrapped: Model, limit: int, group: str | None = None) -> None:
         if limit < 1:
             raise ValueError(f"a connection limit must be at least 1, got {limit}")
         super().__init__(wrapped)
         self.limit = limit
-        self._slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+        self._slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            {} if group is None else _GROUPS.setdefault((group, limit), {})
+        )
         self.in_flight = 0
         self.most_in_flight = 0
 

@@ -128,5 +128,9 @@ def model_analyst(config: AnalystConfig) -> ModelAnalyst:
     base_url = config.model_base_url
     check = (lambda: check_reachable(base_url)) if base_url else (lambda: None)
     return ModelAnalyst(
-        model, name=config.model, check=check, max_connections=config.max_connections
+        model,
+        name=config.model,
+        check=check,
+        max_connections=config.max_connections,
+        connection_group=config.connection_group,
     )

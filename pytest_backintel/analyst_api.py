@@ -61,6 +61,9 @@ class AnalystConfig:
     limits: AnalystLimits = field(default_factory=AnalystLimits)
     max_connections: int | None = None
     """Model requests in flight at once, across every trial of the process (None: no cap)."""
+    connection_group: str | None = None
+    """Analysts of one process given the same group share one `max_connections` cap (a model
+    matrix's models at one provider); None: this analyst's cap is its own."""
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,9 @@ class BenchOptions:
     """`--shard I/N`: this process runs part I (1-based) of N of the planned trials."""
     shard_durations: Path | None = None
     """`--shard-durations RUN_DIR`: balance the shards by that run's recorded latencies."""
+    models: tuple[str, ...] = ()
+    """`--model A --model B ...`: a model matrix (two or more models; `model` is then None),
+    every trial of the plan run once per model (see `pytest_backintel.run.matrix`)."""
 
 
 def _number(value: str, parse: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
@@ -202,8 +205,10 @@ def add_options(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--model",
+        action="append",
         default=None,
-        help="Pydantic AI model string (e.g. openai:gpt-5.1); default: $BACKINTEL_MODEL",
+        help="Pydantic AI model string (e.g. openai:gpt-5.1); default: $BACKINTEL_MODEL; "
+        "given twice or more, a model matrix: every trial once per model, one run folder each",
     )
     group.addoption(
         "--model-base-url",
@@ -372,15 +377,27 @@ def _resumed(config: pytest.Config) -> tuple[str | None, bool]:
     return run, bool(retry)
 
 
-def read_options(config: pytest.Config) -> BenchOptions:
-    model = config.getoption("--model") or os.environ.get("BACKINTEL_MODEL") or None
+def read_options(config: pytest.Config, models: list[str] | None = None) -> BenchOptions:
+    """The options; `models` are the checked `--model` values, or a suite file's models
+    (`pytest_backintel.run.matrix.models_of`); None reads `--model` as given."""
+    explicit = config.getoption("--analyst")
+    models = list(config.getoption("--model") or []) if models is None else models
+    model = models[0] if len(models) == 1 else None
+    if not models:
+        model = os.environ.get("BACKINTEL_MODEL") or None
     base_url = config.getoption("--model-base-url") or os.environ.get("BACKINTEL_MODEL_BASE_URL")
-    analyst = config.getoption("--analyst") or ("model" if model else "reference")
+    analyst = explicit or ("model" if model or models else "reference")
     resumed = _resumed(config)
-    if analyst == "model" and not model:
+    if analyst == "model" and not (model or models):
         raise pytest.UsageError("--analyst model needs --model or BACKINTEL_MODEL")
+    if len(models) > 1 and spec_kind(analyst) in ("calibration", "replay"):
+        raise pytest.UsageError(
+            f"--model given {len(models)} times with --analyst {analyst}: a model matrix "
+            "measures a model analyst (--analyst model, the default) or one of your own"
+        )
     return BenchOptions(
         analyst=analyst,
+        models=tuple(models) if len(models) > 1 else (),
         model=model,
         model_base_url=base_url or None,
         store=config.getoption("--store"),

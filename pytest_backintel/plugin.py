@@ -26,6 +26,7 @@ from pytest_backintel.records.live import LIVE
 from pytest_backintel.run import heap
 from pytest_backintel.run.junit_rates import add_junit_rates
 from pytest_backintel.run.lock_check import check_collected, check_worker_ids
+from pytest_backintel.run.matrix import matrix_summary
 from pytest_backintel.run.progress import Progress
 from pytest_backintel.run.scoped_python import ScopedPython
 from pytest_backintel.run.session import SESSION_KEY, BenchSession
@@ -167,6 +168,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     bench = terminalreporter.config.stash[SESSION_KEY]
     stop = bench.streak.message() if bench.run_dir.exists() else None
     for line in summary_lines(bench.outcomes, bench.run_dir, bench.records, stop):
+        terminalreporter.write_line(line)
+    for line in matrix_summary(bench):  # a model matrix's leaderboard
         terminalreporter.write_line(line)
 
 

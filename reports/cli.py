@@ -62,7 +62,7 @@ def _report(args: argparse.Namespace) -> int:
         print(
             f"pass rate {ci['estimate']:.1%} [{ci['low']:.1%}, {ci['high']:.1%}] ({ci['method']})"
         )
-    for path in (files.markdown, files.html, files.workbook, files.view.index):
+    for path in (files.markdown, files.html, files.workbook, files.view.index, *files.leaderboard):
         print(f"wrote {path}")
     print(f"wrote {len(files.charts)} charts (SVG and PNG) in {files.markdown.parent / 'charts'}")
     return 0

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from reports.charts import ChartFile, render_charts
+from reports.leaderboard import write_leaderboard
 from reports.load import load_run
 from reports.reviews import apply_reviews, review_note
 from reports.scorecard import write_scorecards
@@ -24,14 +25,17 @@ class ReportFiles:
     workbook: Path
     charts: list[ChartFile]
     view: ViewSite
+    leaderboard: list[Path] = field(default_factory=list)
+    """`leaderboard.md` and `leaderboard.html` when the folder is a model matrix's."""
 
 
 def build_report(
     run_dir: Path | str, out_dir: Path | str | None = None, with_reviews: bool = False
 ) -> ReportFiles:
     """Render `scorecard.md`, `scorecard.html`, `scorecard.xlsx`, `charts/*.{svg,png}` and
-    the viewer `view/` for the run in `run_dir` (into `out_dir`, default the run folder);
-    a person's reviews are counted apart, and used for the outcomes only `with_reviews`."""
+    the viewer `view/` for the run in `run_dir` (into `out_dir`, default the run folder); for
+    a model matrix's folder also `leaderboard.md` and `leaderboard.html`; a person's reviews
+    are counted apart, and used for the outcomes only `with_reviews`."""
     run = load_run(run_dir)
     note = review_note(run, with_reviews)
     if with_reviews:
@@ -43,4 +47,5 @@ def build_report(
     md, html = write_scorecards(summary, charts, target)
     book = write_workbook(summary, target)
     view = write_view(run, out_dir=target / "view", summary=summary, charts=charts)
-    return ReportFiles(summary, md, html, book, charts, view)
+    board = write_leaderboard(run.path, target)
+    return ReportFiles(summary, md, html, book, charts, view, board)

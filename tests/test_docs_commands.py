@@ -49,6 +49,14 @@ NOT_COLLECTED: dict[str, str] = {
     "uv run pytest -m development --retry-blocked <run-id>": (
         "runs again what an earlier run's outage blocked; tests/test_resume_retry.py does"
     ),
+    **{
+        f"uv run pytest -m development --model openai:gpt-5.1 --model "
+        f"anthropic:claude-sonnet-4-5 --trials 2 --{flag} sweep": (
+            "finishes a model matrix run before; tests/test_model_matrix.py kills one and "
+            "resumes it, and retries what an outage blocked"
+        )
+        for flag in ("resume", "retry-blocked")
+    },
 }
 """Command (as written) -> why it is not collected here and which test runs it instead."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,10 +30,17 @@ __all__ = [
     "is_boundary",
     "is_scenario_file",
     "markers_for",
+    "model_slug",
     "suites_of",
 ]
 
 SUFFIX = ".scenario.yaml"
+
+
+def model_slug(model: str) -> str:
+    """A model string as a folder name and item id part: `openai:gpt-5.1` -> `openai-gpt-5.1`
+    (letters, digits, `.`, `_` and `-`; anything else becomes `-`)."""
+    return re.sub(r"[^A-Za-z0-9._]+", "-", model).strip("-.") or "model"
 
 
 def is_scenario_file(name: str) -> bool:
@@ -71,12 +79,14 @@ class ScenarioFile(pytest.File):
         sha = hashlib.sha256(self.path.read_bytes()).hexdigest()
         shipped = self.path.resolve().is_relative_to(SCHEMA_PATH.parent)
         suite, policy = ("benchmark", None) if shipped else own_suite(self.path)
+        models: list[str | None] = [*sorted(bench.options.models, key=model_slug)] or [None]
         for trial in range(1, bench.options.trials + 1):
-            item = ScenarioItem.from_scenario(
-                self, scenario, trial, sha, store_spec(scenario, bench.options.store)
-            )
-            item.suite, item.suite_policy = suite, policy
-            yield item
+            for model in models:  # a matrix: each trial once per model, the models interleaved
+                item = ScenarioItem.from_scenario(
+                    self, scenario, trial, sha, store_spec(scenario, bench.options.store), model
+                )
+                item.suite, item.suite_policy = suite, policy
+                yield item
 
     def repr_failure(
         self,
@@ -128,17 +138,29 @@ class ScenarioItem(pytest.Function):
     suite: str = "benchmark"
     suite_policy: dict[str, Any] | None = None
     """A user's own suite's comparison policy (None: the shipped benchmark's promotion)."""
+    model: str | None = None
+    """The model of a model matrix this trial measures (None: the run's one model)."""
 
     @classmethod
     def from_scenario(
-        cls, parent: pytest.File, scenario: Scenario, trial: int, sha: str, backend: str
+        cls,
+        parent: pytest.File,
+        scenario: Scenario,
+        trial: int,
+        sha: str,
+        backend: str,
+        model: str | None = None,
     ) -> ScenarioItem:
+        """The item `<id>[t<trial>]`, or in a model matrix `<id>[t<trial>-<model slug>]` (so
+        a scenario's trials of every model run one after another, in sorted id order)."""
+        part = f"t{trial}" if model is None else f"t{trial}-{model_slug(model)}"
         item: ScenarioItem = cls.from_parent(
             parent,
-            name=f"{scenario.id}[t{trial}]",
+            name=f"{scenario.id}[{part}]",
             callobj=_scenario_test,
         )
         item.scenario, item.trial, item.scenario_sha = scenario, trial, sha
+        item.model = model
         for name in markers_for(scenario, backend):
             item.add_marker(name)
         if (why := unmeasurable_on(scenario, backend)) is not None:

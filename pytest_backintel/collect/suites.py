@@ -7,11 +7,13 @@ dataset: {sqlite: ../shop.sqlite}   # relative to this file
 split: development
 ```
 
-A suite file may give `dataset`, `split`, `level` and `family` (`SHARED`), and three fields of
+A suite file may give `dataset`, `split`, `level` and `family` (`SHARED`), and four fields of
 its own (`SUITE_ONLY`): `name` (the suite's name in records and comparisons; default: the
 suite file's folder name), `policy` (how `backintel compare` decides: `mandatory` case ids,
-`controls` that must not regress, `alpha` the significance level) and `datasets` (aliases a
-scenario names as `dataset: <alias>`, each bound to one source, relative to this file). A
+`controls` that must not regress, `alpha` the significance level), `datasets` (aliases a
+scenario names as `dataset: <alias>`, each bound to one source, relative to this file) and
+`models` (the models a run of this folder measures when `--model` is not given: two or more
+make a model matrix, see `pytest_backintel.run.matrix`). A
 scenario takes
 each field it does not give itself from the nearest suite file above it (its own folder
 first, then each parent up to the project root: the first folder holding `pyproject.toml` or
@@ -52,8 +54,9 @@ __all__ = [
 SUITE_FILE = "backintel-suite.yaml"
 SHARED = ("dataset", "split", "level", "family")
 """The scenario fields a suite file may give."""
-SUITE_ONLY = ("name", "policy", "datasets")
-"""The suite file's own fields: its name, its comparison policy and its dataset aliases."""
+SUITE_ONLY = ("name", "policy", "datasets", "models")
+"""The suite file's own fields: its name, its comparison policy, its dataset aliases and the
+models a run of its folder measures (two or more: a model matrix; `--model` overrides)."""
 _ROOT_MARKERS = ("pyproject.toml", ".git")
 
 
@@ -159,6 +162,15 @@ def check_suite_fields(suite: Suite) -> list[tuple[int, str, str]]:
             out.append(
                 _problem(suite, "policy", f"policy.{key}", f"a list of case ids, got {value!r}")
             )
+    models = suite.own.get("models", [])
+    if not (
+        isinstance(models, list)
+        and all(isinstance(m, str) and m.strip() for m in models)
+        and len(set(models)) == len(models)
+    ):
+        msg = "a list of distinct model strings (e.g. [openai:gpt-5.1, openai:gpt-5-mini])"
+        msg += f", got {models!r}"
+        out.append(_problem(suite, "models", "models", msg))
     datasets = suite.own.get("datasets", {})
     if not isinstance(datasets, dict):
         out.append(_problem(suite, "datasets", "datasets", f"a mapping, got {datasets!r}"))

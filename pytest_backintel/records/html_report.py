@@ -14,6 +14,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Generator, Sequence
+from dataclasses import replace
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,21 @@ COLUMNS = ("outcome", "family", "store")
 """pytest-html columns, read from the item's JUnit properties."""
 
 
+_OWN = ("backintel: analyst ", "backintel: WARNING: no price for model")
+"""The header lines of a matrix that belong to one model."""
+
+
 def header_lines(opts: BenchOptions, run_dir: Path, sandbox: dict[str, Any]) -> list[str]:
-    """The terminal header: analyst (and its label), store, trials, run folder, sandbox."""
+    """The terminal header: analyst (and its label), store, trials, run folder, sandbox; for a
+    model matrix a line per model."""
+    if opts.models:
+        each = [
+            header_lines(replace(opts, model=m, models=()), run_dir, sandbox) for m in opts.models
+        ]
+        own = [line for lines in each for line in lines if line.startswith(_OWN)]
+        head = f"backintel: model matrix of {len(each)} models: each trial once per model, "
+        head += f"a run folder per model under {run_dir}"
+        return [head, *own, *(line for line in each[0] if not line.startswith(_OWN))]
     who = opts.model if opts.analyst == "model" else opts.analyst
     lines = [
         f"backintel: analyst {who}"

@@ -6,7 +6,8 @@ scenario files and data. A part that differs is refused, naming the part and the
 so is a trial recorded in two parts. Planned trials no part recorded are reported (the merged
 run is still written, and `--resume OUT` finishes it). The merged folder holds what a
 single-machine run's would: `run.json` (with `merged_from` naming the parts), `records.jsonl`
-sorted by item id, `traces.jsonl`, cassettes, and the part files `--resume` reads.
+sorted by item id, `traces.jsonl`, cassettes, and the part files `--resume` reads; the parts
+of a model matrix also give the merged matrix its folder per model and `matrix.json`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_backintel.records.attempts import final_rows, retried
+from pytest_backintel.records.matrix_folder import is_matrix, write_matrix
 from pytest_backintel.records.parts import plan_hash, read_shard
 from pytest_backintel.records.writer import (
     now_iso,
@@ -214,6 +216,14 @@ def merge_runs(out: Path, paths: list[Path]) -> Merged:
         shutil.copy(parts[0].path / LOCK, out / LOCK)
     header = _merged_header(out, parts, records) | {"spans": spans}
     write_json(out / "run.json", header)
+    if is_matrix(header):  # each model's run folder and the leaderboard, from every part
+        for slug in header["matrix"]["folders"].values():
+            for part in parts:  # a recorded matrix keeps each model's cassettes in its folder
+                if (part.path / slug / "cassettes").is_dir():
+                    shutil.copytree(
+                        part.path / slug / "cassettes", out / slug / "cassettes", dirs_exist_ok=True
+                    )
+        write_matrix(out, header, records)
     missing = sorted(set(parts[0].plan) - set(owner))
     return Merged(out, len(records), missing)
 

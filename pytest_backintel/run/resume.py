@@ -27,6 +27,7 @@ IDENTITY: tuple[tuple[str, ...], ...] = (
     ("analyst", "spec"),
     ("analyst", "kind"),
     ("model",),
+    ("matrix", "models"),
     ("model_base_url",),
     ("model_api",),
     ("store_backend",),

@@ -37,6 +37,7 @@ from pytest_backintel.records.cassettes import case_key, write_cassette
 from pytest_backintel.records.html_report import RECORD_KEY, junit_properties
 from pytest_backintel.records.interrupted import counts_in_pytest, mark_unreported, part_lengths
 from pytest_backintel.records.live import LIVE
+from pytest_backintel.records.matrix_folder import write_matrix
 from pytest_backintel.records.writer import (
     RecordWriter,
     merge_parts,
@@ -49,6 +50,7 @@ from pytest_backintel.run.analysts import AnalystLoadError, load_analyst
 from pytest_backintel.run.budget import RunBudget
 from pytest_backintel.run.cleanup import clean_stale_in_background, remove_folder
 from pytest_backintel.run.failure import ScenarioFailure
+from pytest_backintel.run.matrix import ModelMatrix, analysts_of, cassette_folder, models_of
 from pytest_backintel.run.pipeline import LOOKAHEAD, TrialPipeline, trials_in_flight
 from pytest_backintel.run.resume import Resumption
 from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeable
@@ -64,7 +66,7 @@ from pytest_backintel.sandbox.registry import (
 )
 from pytest_backintel.sandbox.seed import SANDBOX_SEED
 from pytest_backintel.scenario import Scenario
-from pytest_backintel.scoring.judging import check_judge, judge_trial
+from pytest_backintel.scoring.judging import judge_trial
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
 if TYPE_CHECKING:
@@ -78,8 +80,8 @@ class BenchSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.options: BenchOptions = run_folder.replayed(read_options(config))
-        check_judge(self.options.judge_model, self.options.model)
+        self.options: BenchOptions = run_folder.replayed(read_options(config, models_of(config)))
+        self.matrix = ModelMatrix.of(self.options)  # None: one model, or none
         self.root = config.rootpath
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         self.worker = workerinput["workerid"] if workerinput else "main"
@@ -131,6 +133,8 @@ class BenchSession:
     # -- lazily built, once per process --------------------------------------------------
     @property
     def analyst(self) -> Analyst:
+        if self.matrix is not None:  # the first model's: every model's analyst is of one kind
+            return self.matrix.analyst(None)
         if self._analyst is None:
             opts = self.options
             self._analyst = load_analyst(
@@ -266,7 +270,8 @@ class BenchSession:
         if not (collect_only and spec_kind(self.options.analyst) in ("calibration", "model")):
             self.check_analyst()  # a built-in analyst is loaded only when items will run
         if not collect_only:
-            run_folder.preflight(self.analyst, self.options, lambda: self.sandboxes)
+            for analyst, opts in analysts_of(self):
+                run_folder.preflight(analyst, opts, lambda: self.sandboxes)
             self._header["suites"] = suites_of(scenario_items)
             if self.is_controller and not (self.run_dir / "run.json").exists():
                 write_json(self.run_dir / "run.json", self._header)
@@ -304,7 +309,7 @@ class BenchSession:
         """With `--concurrency` above 1 (or `auto` for a model analyst), trials run ahead."""
         if self.config.option.collectonly:
             return
-        size = self.concurrency
+        size = self.concurrency * (self.matrix.providers if self.matrix else 1)
         if size > 1 and self.pipeline is None:
             self.tracing.start()  # instrument agents once, before any worker thread runs one
             self.pipeline = TrialPipeline(size, self.prepare_trial)
@@ -317,11 +322,11 @@ class BenchSession:
     def check_analyst(self, model: bool = False) -> None:
         """Load the analyst (a usage error if bad); with `model` check its model too."""
         try:
-            self.analyst  # noqa: B018
+            loaded = analysts_of(self)
         except AnalystLoadError as exc:
             raise pytest.UsageError(str(exc)) from exc
-        if model:
-            run_folder.preflight(self.analyst, self.options, lambda: None)
+        for analyst, opts in loaded if model else []:
+            run_folder.preflight(analyst, opts, lambda: None)
 
     # -- items ----------------------------------------------------------------------------
     def run_item(
@@ -364,7 +369,7 @@ class BenchSession:
                 scenario,
                 item.trial,
                 store,
-                self.analyst,
+                self.matrix.analyst(item.model) if self.matrix else self.analyst,
                 self.budget.cap(self.options.limits),
                 lambda _scenario: self.reference(item),
                 python=python,
@@ -402,11 +407,12 @@ class BenchSession:
     def report(self, item: ScenarioItem, result: TrialResult, trace_id: str | None) -> None:
         """Settle the budget, write the record and cassette; fail unless the trial passed."""
         key, scenario = case_key(item.scenario.id, item.trial), item.scenario
-        cost = self.budget.settle(self.analyst.kind, self.options.model, result.run)
+        model, folder = item.model or self.options.model, cassette_folder(self, item)
+        cost = self.budget.settle(self.analyst.kind, model, result.run)
         self.streak.settle(result.score.outcome)
         if self.options.record:
-            write_cassette(self.run_dir, key, result.run)
-        judge = judge_trial(self.options.judge_model, self.options.model, scenario, result.run)
+            write_cassette(folder, key, result.run)
+        judge = judge_trial(self.options.judge_model, model, scenario, result.run)
         extra = {"trace_id": trace_id, "cost_usd": cost, "case_key": key, "judge": judge}
         self.write_record(item, result.score.outcome.value, result.to_record() | extra)
         if result.score.outcome is Outcome.NOT_RUN:
@@ -420,9 +426,11 @@ class BenchSession:
             self.reported.add(report.nodeid)
 
     def write_record(self, item: ScenarioItem, outcome: str, body: dict[str, Any]) -> None:
-        dataset, analyst = item.scenario.dataset, self._analyst
+        dataset = item.scenario.dataset
+        analyst = self.matrix.analyst(item.model) if self.matrix else self._analyst
         files_hash = self._worlds.get((dataset.world, dataset.snapshot))
-        where = {"run_id": self.run_id, "worker": self.worker, "model": self.options.model}
+        model = item.model or self.options.model
+        where = {"run_id": self.run_id, "worker": self.worker, "model": model}
         name, kind = (analyst.name, analyst.kind) if analyst else (self.options.analyst, None)
         where["analyst"] = {"name": name, "kind": kind}
         where["data_hash"] = files_hash[1] if files_hash else None
@@ -448,6 +456,8 @@ class BenchSession:
     def run_header(self) -> dict[str, Any]:
         args, sandbox = list(self.config.invocation_params.args), self.sandbox_description()
         header = run_folder.run_header(self.options, self.root, self.run_id, sandbox, args)
+        if self.matrix is not None:
+            header["matrix"] = self.matrix.header()
         return header | {"datasets": rebound()}  # `--dataset` rebindings, paths resolved
 
     def candidate(self) -> dict[str, Any]:
@@ -528,6 +538,8 @@ class BenchSession:
         write_json(self.run_dir / "run.json", header)
         self.outcomes = Counter(r["outcome"] for r in records)
         self.records = records
+        if self.matrix is not None:
+            write_matrix(self.run_dir, header, records)
 
 
 SESSION_KEY = pytest.StashKey[BenchSession]()

@@ -19,6 +19,7 @@ __all__ = [
     "Script",
     "Step",
     "completion_body",
+    "model_and_match",
     "parse_steps",
     "user_prompt",
 ]
@@ -104,6 +105,21 @@ class Script:
     match: str
     """A substring of the conversation's user prompt (case-insensitive)."""
     steps: tuple[Step, ...]
+    model: str | None = None
+    """Only requests for this model name (as the server receives it, e.g. `qwen3`); None:
+    any model. A model matrix's models are scripted apart this way."""
+
+    def serves(self, prompt: str, model: object) -> bool:
+        return self.match.lower() in prompt and (self.model is None or self.model == model)
+
+
+def model_and_match(key: str) -> tuple[str | None, str]:
+    """A scripts file's key: `@<model> <match>` scripts one model's conversations, a plain
+    `<match>` every model's."""
+    if key.startswith("@") and " " in key:
+        model, _, match = key[1:].partition(" ")
+        return model, match
+    return None, key
 
 
 @dataclass

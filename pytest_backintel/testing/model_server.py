@@ -45,6 +45,7 @@ from pytest_backintel.testing.model_script import (
     Script,
     Step,
     completion_body,
+    model_and_match,
     parse_steps,
     user_prompt,
 )
@@ -66,7 +67,7 @@ __all__ = [
 @dataclass
 class _State:
     scripts: list[Script] = field(default_factory=list)
-    attempts: dict[tuple[str, int], int] = field(default_factory=dict)
+    attempts: dict[tuple[str, str | None, int], int] = field(default_factory=dict)
     requests: list[Received] = field(default_factory=list)
     down: list[Failure] = field(default_factory=list)
     """Failures served to the next requests, whatever their script (an outage)."""
@@ -116,8 +117,9 @@ class _Handler(BaseHTTPRequestHandler):
         index = sum(1 for m in messages if m.get("role") == "assistant")
         tools = [t.get("function", {}).get("name", "") for t in request.get("tools") or []]
         with state.lock:
-            script = next((s for s in state.scripts if s.match.lower() in prompt), None)
-            key = (script.match if script else "", index)
+            model = request.get("model")
+            script = next((s for s in state.scripts if s.serves(prompt, model)), None)
+            key = (script.match if script else "", script.model if script else None, index)
             attempt = state.attempts.get(key, 0)
             state.attempts[key] = attempt + 1
             seen = Received(
@@ -197,10 +199,11 @@ class ModelServer:
         with self._httpd.state.lock:
             return list(self._httpd.state.requests)
 
-    def script(self, match: str, steps: Sequence[Step]) -> None:
-        """Answer conversations whose user prompt contains `match` with `steps`."""
+    def script(self, match: str, steps: Sequence[Step], model: str | None = None) -> None:
+        """Answer conversations whose user prompt contains `match` with `steps` (only those
+        asking for `model`, the name the server receives, when given)."""
         with self._httpd.state.lock:
-            self._httpd.state.scripts.append(Script(match, tuple(steps)))
+            self._httpd.state.scripts.append(Script(match, tuple(steps), model))
 
     def fail_next(self, requests: int, failure: Failure | None = None) -> None:
         """An outage: the next `requests` requests fail like `failure` (default HTTP 500),
@@ -274,8 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with ModelServer(args.host, args.port) as server:
-        for match, steps in scripts.items():
-            server.script(match, steps)
+        for key, steps in scripts.items():
+            server.script(model_and_match(key)[1], steps, model_and_match(key)[0])
         print(server.url, flush=True)
         stop.wait()
         print(f"served {len(server.requests)} request(s)", flush=True)

@@ -74,6 +74,16 @@ def _chunks(prefix: str, run: Run) -> dict[str, list[dict[str, Any]]]:
     }
 
 
+def _leaderboard(run: Run) -> dict[str, Any] | None:
+    """The leaderboard of the matrix `run` is (or, for a model's folder, is part of)."""
+    from reports.leaderboard import leaderboard_context, read_matrix
+
+    matrix = read_matrix(run.path)
+    if matrix is None and run.header.get("matrix_of"):
+        matrix = read_matrix(run.path.parent)
+    return leaderboard_context(matrix) if matrix is not None else None
+
+
 def site_data(
     run: Run,
     summary: RunSummary,
@@ -91,6 +101,7 @@ def site_data(
         "questions": questions,
         "comparison": None,
         "baseline": None,
+        "leaderboard": _leaderboard(run),
     }
     refused = None
     if baseline is not None:

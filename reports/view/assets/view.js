@@ -94,6 +94,7 @@
       h.rates.forEach(([label, value, ci]) => add(table, el("tr", "", el("td", "", label), el("td", "n", value), el("td", "", ci))));
       add($("headline"), el("details", "rates", el("summary", "", "every rate with its interval"), table));
     }
+    renderLeaderboard(index.leaderboard);
     $("charts-box").hidden = !index.charts.length;
     index.charts.forEach((c) => {
       const img = document.createElement("img");
@@ -101,6 +102,19 @@
       img.src = c.src;
       add($("charts"), el("figure", "", img));
     });
+  }
+
+  // A model matrix's leaderboard: pass rate with its interval and method, ranks tied where
+  // the paired difference to the rank above holds 0.
+  function renderLeaderboard(board) {
+    const box = $("leaderboard");
+    box.hidden = !board;
+    if (!board) return;
+    add(box, el("h2", "", "Leaderboard — matrix " + board.matrix_id));
+    const head = ["rank", "model", "pass rate", "95% interval", "method", "passed / attempted",
+      "blocked", "tokens", "cost", "latency p50", "paired difference to the rank above"];
+    add(box, table("leaderboard", head, board.rows.map((r) => [r.rank, r.model, r.rate,
+      r.interval, r.method, r.passed, r.blocked, r.tokens, r.cost, r.p50, r.paired])));
   }
 
   // ---- trial list (virtual: only the rows in view are in the DOM) -------------------------
