@@ -26,7 +26,7 @@ from stores.base import DatasetFiles, StoreError, new_store_id
 from stores.logical_cache import LogicalCache
 from stores.signed_hashes import SignedHashes, signature
 from stores.sqlite import SQLiteProvisionedStore, SQLiteStore
-from stores.sqlite_fingerprint import sqlite_source_fingerprint
+from stores.sqlite_fingerprint import sqlite_logical_fingerprint, sqlite_source_fingerprint
 
 __all__ = ["SQLiteSourceStore", "SignedHashes", "signature"]
 
@@ -52,6 +52,23 @@ class SQLiteSourceStore(SQLiteStore):
         """The file items read: the source itself, or its rollback-journal copy when the
         source is in WAL mode (made once per process and state)."""
         return self._templates.template(dataset).resolve()
+
+    def older_fingerprint(self, dataset: DatasetFiles, method: str) -> str | None:
+        """The source's data hash by an older method (`stores.fingerprint_methods.OLDER`), to
+        verify a lock file an older release wrote; None for a method this harness lacks."""
+        if method != "sqlite-sorted-rows-v1":
+            return None
+        import sqlite3
+
+        uri = f"{self.source_file(dataset).as_uri()}?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read dataset {dataset.name!r}: {exc}") from exc
+        try:
+            return sqlite_logical_fingerprint(conn)
+        finally:
+            conn.close()
 
     def provision(self, dataset: DatasetFiles) -> SQLiteProvisionedStore:
         source = self.source_file(dataset)

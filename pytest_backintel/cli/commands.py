@@ -89,7 +89,10 @@ def _references_build(args: argparse.Namespace) -> int:
     if not _rebound(args, "references build"):
         return 2
     done, problems = build_locks(
-        [Path(p) for p in args.paths or ["."]], check=args.check, root=Path.cwd()
+        [Path(p) for p in args.paths or ["."]],
+        check=args.check,
+        root=Path.cwd(),
+        upgrade=args.check_upgrade,
     )
     for line in done:
         print(line)
@@ -304,6 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = refs.add_parser("build", help="compute references into the lock file beside scenarios")
     p.add_argument("paths", nargs="*", help="folders or files to search (default: .)")
     p.add_argument("--check", action="store_true", help="verify the lock files, write nothing")
+    p.add_argument(
+        "--check-upgrade",
+        action="store_true",
+        help="after an upgrade changed the data fingerprint: rebuild and say per scenario "
+        "`unchanged` or `changed old -> new` (exit 1 on any change)",
+    )
     p.add_argument(
         "--dataset",
         action="append",

@@ -160,7 +160,12 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
     found += _scope_problems(path, scenario, item, what)
     if scenario.answerable and source is not None:
         try:
-            values = reference_for(scenario, data_hash)
+            values = reference_for(
+                scenario,
+                data_hash,
+                method=source.fingerprint_method,
+                rehash=source.older_data_hash,
+            )
         except LockError as exc:
             loc = ("reference",) if scenario.reference else ("id",)
             found.append(f"{path}:{line_of(path, loc)}: reference: {exc}")

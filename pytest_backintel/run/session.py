@@ -415,6 +415,8 @@ class BenchSession:
         name, kind = (analyst.name, analyst.kind) if analyst else (self.options.analyst, None)
         where["analyst"] = {"name": name, "kind": kind}
         where["data_hash"] = files_hash[1] if files_hash else None
+        method = getattr(files_hash[2], "fingerprint_method", None) if files_hash else None
+        where["data_hash_method"] = method
         backend = store_spec(item.scenario, self.options.store)
         record = trial_record(item, outcome, where, backend) | body
         if self.resumption is not None:  # a trial run again keeps its earlier attempts
