@@ -2,14 +2,53 @@
 
 from __future__ import annotations
 
-from stores.owner import Owner
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
 
-__all__ = ["SOURCE_FILE", "sweep_stale"]
+from stores.owner import Owner
+from stores.pg_conn import without_password
+
+__all__ = ["SOURCE_FILE", "marker_dsn", "sweep_source", "sweep_stale", "write_marker"]
 
 SOURCE_FILE = "postgres-source.json"
 """In a store folder serving a PostgreSQL source of your own: its DSN without the password
-(`{"dsn": ...}`), so `backintel clean` can sweep that server after a crash (libpq finds the
-password in `PGPASSWORD`, `~/.pgpass` or `PGPASSFILE`)."""
+(`dsn`), the environment variable the run read it from (`env`) and the roles it made and has
+not dropped yet (`made`), so `backintel clean` can sweep that server after a crash,
+authenticating as the run did: the DSN in that variable when it is set to the same DSN, else
+libpq's own (`PGPASSWORD`, `~/.pgpass` or `PGPASSFILE`, a service file). No password is kept."""
+
+
+def write_marker(path: Path, doc: dict[str, Any]) -> None:
+    """Write `doc` as JSON to `path` atomically (a kill leaves the old record or the new)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh)
+    os.replace(tmp, path)
+
+
+def marker_dsn(doc: dict[str, Any]) -> str:
+    """The DSN to sweep a source's server with: the variable's (with its password) when it
+    still names the recorded server, else the recorded DSN (libpq finds the password)."""
+    plain, env = str(doc["dsn"]), doc.get("env")
+    value = os.environ.get(str(env), "").strip() if env else ""
+    return value if value and without_password(value) == plain else plain
+
+
+def sweep_source(doc: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Sweep the server a source record names (`sweep_stale`): (what was dropped, the roles
+    the record names that are still there). Raises when the server cannot be reached."""
+    import psycopg
+
+    dsn = marker_dsn(doc)
+    dropped = sweep_stale(dsn)
+    made = [str(r) for r in doc.get("made") or []]
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        rows = conn.execute("SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)", (made,))
+        left = sorted(str(r[0]) for r in rows.fetchall())
+    return dropped, left
 
 
 def _ident(name: str) -> str:

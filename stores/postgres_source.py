@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import secrets
 import threading
 import time
@@ -62,7 +61,7 @@ from stores.owner import Owner
 from stores.pg_conn import dsn_user, ident, redact, with_login, without_password
 from stores.pg_roles import scram_verifier, write_reach
 from stores.pg_signature import content_hash, signature
-from stores.pg_sweep import SOURCE_FILE, sweep_stale
+from stores.pg_sweep import SOURCE_FILE, sweep_stale, write_marker
 from stores.postgres_session import PostgresSession
 
 __all__ = ["SOURCE_FILE", "PostgresSourceStore", "ProvisionedPostgresSource"]
@@ -142,8 +141,11 @@ class PostgresSourceStore(Store):
         *,
         statement_timeout_s: float | None = None,
         cache_dir: Path | None = None,
+        dsn_env: str | None = None,
     ) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
+        self.dsn_env = dsn_env
+        """The environment variable the DSN came from, for `backintel clean` to read again."""
         self._stored = (
             None if cache_dir is None else LogicalCache(cache_dir / "hashes", backend=self.name)
         )
@@ -207,10 +209,17 @@ class PostgresSourceStore(Store):
 
     def setup_session(self) -> None:
         super().setup_session()
-        plain = without_password(self.source_dsn)
-        (self.workdir / SOURCE_FILE).write_text(json.dumps({"dsn": plain}))
+        self._write_marker()
         with contextlib.suppress(Exception):  # a user who may not drop roles sweeps nothing
             sweep_stale(self.source_dsn)
+
+    def _write_marker(self) -> None:
+        """The store folder's record for `backintel clean` (`stores.pg_sweep.SOURCE_FILE`):
+        the DSN without its password, the variable it came from, the roles made and not yet
+        dropped; replaced atomically."""
+        doc = {"dsn": without_password(self.source_dsn), "env": self.dsn_env}
+        doc["made"] = sorted(self._made)
+        write_marker(self.workdir / SOURCE_FILE, doc)
 
     def _decide(self) -> str:
         """'named' (the binding's role, checked read-only) or 'create' (roles per item)."""
@@ -349,6 +358,7 @@ class PostgresSourceStore(Store):
                     "read-only role in the binding (`role:`)"
                 ) from None
             self._made.add(role)
+            self._write_marker()
 
     def drop_role(self, role: str) -> None:
         """Drop a role this store made; missing is fine. Its sessions are ended first, and
@@ -384,6 +394,7 @@ class PostgresSourceStore(Store):
                         f"postgres source {self.where}: cannot drop {role}: {why}"
                     ) from None
             self._made.discard(role)
+            self._write_marker()
 
     def teardown_session(self) -> None:
         """Drop the roles still here, hash the source once more without the cache and keep

@@ -220,8 +220,13 @@ class UserSource:
         if self.kind == "postgres":
             from stores.postgres_source import PostgresSourceStore
 
+            raw = self.binding.source or ""
             return PostgresSourceStore(
-                workdir, self._location(), self.binding.role, cache_dir=self._cache_dir(spec)
+                workdir,
+                self._location(),
+                self.binding.role,
+                cache_dir=self._cache_dir(spec),
+                dsn_env=raw if _ENV_NAME.match(raw) else None,
             )
         if self.kind == "clickhouse":
             from stores.clickhouse_source import ClickHouseSourceStore

@@ -36,6 +36,8 @@ class CleanReport:
     cgroups: list[Path] = field(default_factory=list)
     databases: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+    """What a gone run made that could not be removed (its record is kept): `clean` fails."""
 
     def lines(self) -> list[str]:
         out = [f"removed folder {p}" for p in self.folders]
@@ -43,6 +45,7 @@ class CleanReport:
         out += [f"dropped {n}" if n.startswith("clickhouse ") else f"dropped postgres {n}"
                 for n in self.databases]  # fmt: skip
         out += [f"skipped: {s}" for s in self.skipped]
+        out += [f"left behind: {s}" for s in self.left]
         return out or ["nothing left behind by a process that is gone"]
 
 
@@ -103,21 +106,46 @@ def _postgres(report: CleanReport, dry_run: bool) -> None:
         report.skipped.append(redact(f"postgres at {dsn}: {str(exc).strip()[:160]}", dsn))
 
 
-def _postgres_source(report: CleanReport, marker: Path, dry_run: bool) -> None:
-    """Sweep the server of a PostgreSQL source a gone process served (roles it made)."""
+def _postgres_source(report: CleanReport, marker: Path, dry_run: bool) -> bool:
+    """Sweep the server of a PostgreSQL source a gone process served (roles it made),
+    authenticating as the run did (`stores.pg_sweep.marker_dsn`); False, with what is left
+    named in `report.left`, when a role it made is still there or the server cannot be
+    reached (the record is then kept for the next `clean`)."""
     import json
 
-    from stores.pg_sweep import sweep_stale
+    from stores.pg_conn import redact
+    from stores.pg_sweep import marker_dsn, sweep_source
 
     try:
-        dsn = str(json.loads(marker.read_text())["dsn"])
-        if not dry_run:
-            report.databases += sweep_stale(dsn)
-    except Exception as exc:  # unreachable server, no password: said, never fatal
-        from stores.pg_conn import redact
-
-        why = redact(str(exc).strip()[:160])
-        report.skipped.append(f"postgres source in {marker.parent}: {why}")
+        doc = json.loads(marker.read_text())
+        made = [str(r) for r in doc.get("made") or []]
+        where = redact(str(doc["dsn"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        report.skipped.append(f"postgres source in {marker.parent}: unreadable record ({exc})")
+        return True
+    if dry_run:
+        return True
+    how = (
+        f"the DSN in ${doc['env']}, " if doc.get("env") else ""
+    ) + "PGPASSWORD, ~/.pgpass (PGPASSFILE) or a service file"
+    try:
+        dropped, left = sweep_source(doc)
+    except Exception as exc:  # unreachable server, no password: named, and kept
+        why = redact(str(exc).strip()[:160], marker_dsn(doc))
+        roles = ", ".join(made) or "roles it may have made"
+        report.left.append(
+            f"postgres source at {where}: {roles} (cannot connect: {why}); run `backintel "
+            f"clean` again with the run's environment ({how}); the record stays in "
+            f"{marker.parent}"
+        )
+        return False
+    report.databases += dropped
+    if left:
+        report.left.append(
+            f"postgres source at {where}: {', '.join(left)} still exist (a role that owns "
+            f"objects or that this login may not drop); the record stays in {marker.parent}"
+        )
+    return not left
 
 
 def _clickhouse_source(report: CleanReport, marker: Path, dry_run: bool) -> None:
@@ -143,7 +171,8 @@ def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True)
         if (folder / SOURCE_FILE).is_file():  # a PostgreSQL source of your own: its server
             if not postgres:
                 continue  # kept for `backintel clean`, which sweeps that server first
-            _postgres_source(report, folder / SOURCE_FILE, dry_run)
+            if not _postgres_source(report, folder / SOURCE_FILE, dry_run):
+                continue  # its record stays until what it names is gone
         if (folder / CH_SOURCE_FILE).is_file():  # a ClickHouse source: its server, first
             if not postgres:
                 continue
@@ -185,7 +214,7 @@ def _clean_command(args: argparse.Namespace) -> int:
     report = clean_stale(folder, dry_run=args.dry_run, postgres=not args.no_postgres)
     for line in report.lines():
         print(f"would have {line}" if args.dry_run and line.startswith("removed") else line)
-    return 0
+    return 1 if report.left else 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
