@@ -55,15 +55,24 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def sweep_stale(dsn: str) -> list[str]:
+SWEEP_LOCK = 0x6269_7377_6565_70
+"""The advisory lock every sweep of a server holds: two sessions starting side by side (or a
+session's two sweeps) take turns instead of dropping the same objects at once, which made one
+of them fail with "tuple concurrently deleted" and stop half-way."""
+
+
+def sweep_stale(dsn: str, left: list[str] | None = None) -> list[str]:
     """Drop the `bi_*` databases and roles whose owner names a process of this host that is
     gone (`stores.owner.Owner.is_gone`); the names dropped. A database's owner is in its
     comment or, when a kill came before the comment, in the comment of the role that owns it
     (`bi_<hex>_own`, created with its comment in one transaction). Others' live ones, and
-    anything without a backintel mark, are left alone."""
+    anything without a backintel mark, are left alone. One object that cannot be dropped does
+    not stop the others; its name goes to `left`."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
+        admin.execute("SET lock_timeout = '60s'")
+        admin.execute("SELECT pg_advisory_lock(%s)", (SWEEP_LOCK,))
         dbs = admin.execute(
             "SELECT d.datname, coalesce(shobj_description(d.oid, 'pg_database'), "
             "shobj_description(d.datdba, 'pg_authid')) FROM pg_database d "
@@ -74,20 +83,43 @@ def sweep_stale(dsn: str) -> list[str]:
             "WHERE rolname LIKE 'bi\\_%\\_ro' OR rolname LIKE 'bi\\_%\\_own' "
             "ORDER BY rolname LIKE '%\\_own'"
         ).fetchall()
-        dropped = []
+        dropped: list[str] = []
         for name, comment in dbs:
             owner = Owner.from_comment(comment)
             if owner is not None and owner.is_gone():
-                admin.execute(f"DROP DATABASE IF EXISTS {_ident(str(name))} WITH (FORCE)")
-                admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name) + '_ro')}")
-                dropped.append(str(name))
+                statements = [
+                    f"DROP DATABASE IF EXISTS {_ident(str(name))} WITH (FORCE)",
+                    f"DROP ROLE IF EXISTS {_ident(str(name) + '_ro')}",
+                ]
+                if _drop(admin, statements, str(name), left):
+                    dropped.append(str(name))
         for name, comment in roles:
             owner = Owner.from_comment(comment)
             if owner is None or not owner.is_gone() or str(name)[:-3] in dropped:
                 continue
-            try:  # an owner role that still owns something (not ours to judge) stays
-                admin.execute(f"DROP ROLE IF EXISTS {_ident(str(name))}")
-            except psycopg.errors.DependentObjectsStillExist:
-                continue
-            dropped.append(str(name))
+            mine = str(name).endswith("_ro")  # an owner role that still owns something
+            if _drop(admin, [f"DROP ROLE IF EXISTS {_ident(str(name))}"], str(name),
+                     left if mine else None):  # fmt: skip
+                dropped.append(str(name))
+        admin.execute("SELECT pg_advisory_unlock(%s)", (SWEEP_LOCK,))
     return dropped
+
+
+def _drop(admin: Any, statements: list[str], name: str, left: list[str] | None) -> bool:
+    """Run `statements` (twice at most: a concurrent catalog change is retried); False, with
+    `name` in `left`, when they still fail."""
+    import psycopg
+
+    for attempt in (1, 2):
+        try:
+            for statement in statements:
+                admin.execute(statement)
+            return True
+        except psycopg.errors.DependentObjectsStillExist:
+            break  # not ours to judge (an owner role that still owns something)
+        except psycopg.Error:
+            if attempt == 2:
+                break
+    if left is not None:
+        left.append(name)
+    return False

@@ -98,12 +98,15 @@ def _postgres(report: CleanReport, dry_run: bool) -> None:
     dsn = os.environ.get("BACKINTEL_PG_DSN", DEFAULT_DSN).strip() or DEFAULT_DSN
     if dsn == INITDB or dry_run:
         return
-    try:
-        report.databases += sweep_stale(dsn)
-    except Exception as exc:  # no server, no psycopg: nothing of ours can be there to drop
-        from stores.pg_conn import redact
+    from stores.pg_conn import redact
 
+    left: list[str] = []
+    try:
+        report.databases += sweep_stale(dsn, left)
+    except Exception as exc:  # no server, no psycopg: nothing of ours can be there to drop
         report.skipped.append(redact(f"postgres at {dsn}: {str(exc).strip()[:160]}", dsn))
+    if left:
+        report.left.append(f"postgres at {redact(dsn, dsn)}: could not drop {', '.join(left)}")
 
 
 def _postgres_source(report: CleanReport, marker: Path, dry_run: bool) -> bool:

@@ -55,6 +55,7 @@ from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeab
 from pytest_backintel.run.shards import select_shard
 from pytest_backintel.run.streak import ProviderStreak
 from pytest_backintel.run.trial import TrialResult, run_trial
+from pytest_backintel.run.worker_death import die_with_controller
 from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
 from pytest_backintel.sandbox.registry import (
     UnknownSandboxError,
@@ -83,6 +84,8 @@ class BenchSession:
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         self.worker = workerinput["workerid"] if workerinput else "main"
         self.is_controller = workerinput is None
+        if workerinput is not None:
+            die_with_controller()
         self.run_id: str = (workerinput or {}).get("backintel_run_id") or (
             self.options.run_id or new_run_id()
         )
