@@ -60,6 +60,9 @@ def test_a_previous_release_lock_on_unchanged_data_is_verified_and_upgrades_unch
         (folder / "results" / "old-lock" / "records.jsonl").read_text().split("\n")[0]
     )
     assert record["data_hash_method"] == current_method("sqlite")
+    head = json.loads((folder / "results" / "old-lock" / "run.json").read_text())
+    assert head["stores_used"] == ["sqlite"]
+    assert head["data_hash_methods"] == {record["world"]: current_method("sqlite")}
 
     upgrade = backintel(folder, "references", "build", "--check-upgrade")
     assert upgrade.returncode == 0, upgrade.stderr
