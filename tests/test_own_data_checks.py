@@ -290,3 +290,27 @@ def test_one_run_over_a_copied_suite_is_refused_naming_both_files(tmp_path: Path
         f".scenario.yaml and {folder}/copy/canceled-share.scenario.yaml"
     ) in done.stderr
     assert "--dataset" in done.stderr
+
+
+def test_validate_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> None:
+    """`validate` (with or without --dataset) and `references build` keep their caches under
+    the project's data folder: nothing (no `hashes`, no `logical`) is left in $TMPDIR."""
+    import os
+    import subprocess
+    import sys
+
+    folder = project(tmp_path / "p")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = os.environ | {"TMPDIR": str(tmp)}
+    exe = str(Path(sys.executable).parent / "backintel")
+    for args in (
+        ["references", "build"],
+        ["validate", "scenarios", "suites"],
+        ["validate", "suites", "--dataset", "shop=sqlite:shop.sqlite"],
+    ):
+        done = subprocess.run(
+            [exe, *args], cwd=folder, env=env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        assert sorted(p.name for p in tmp.iterdir()) == [], args

@@ -240,7 +240,7 @@ def compute_entry(path: Path, scenario: Scenario, root: Path) -> dict[str, Any]:
     assert source is not None
     files = source.ensure_built(data_dir(root))
     with tempfile.TemporaryDirectory(prefix="backintel-refs-") as tmp:
-        store = source.make_store(NATIVE[source.kind], Path(tmp))
+        store = source.make_store(NATIVE[source.kind], Path(tmp) / "store")
         store.setup_session()
         try:
             item = store.provision(files)

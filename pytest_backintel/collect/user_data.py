@@ -282,7 +282,7 @@ class UserSource:
                 return ch.source_fingerprint().logical
 
         with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
-            store = self.make_store(NATIVE[self.kind], Path(tmp))
+            store = self.make_store(NATIVE[self.kind], Path(tmp) / "store")
             store.setup_session()
             try:
                 item = store.provision(files)
@@ -319,7 +319,7 @@ class UserSource:
         path = Path(self._location())
         files = DatasetFiles(self.name, parquet_dir=path, sqlite_path=path)
         with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
-            store = SQLiteSourceStore(Path(tmp), cache_dir=self._cache_dir("sqlite"))
+            store = SQLiteSourceStore(Path(tmp) / "w", cache_dir=self._cache_dir("sqlite"))
             return store.older_fingerprint(files, method)
 
     def reference(

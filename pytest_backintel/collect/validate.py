@@ -78,7 +78,7 @@ class _Copies:
             world = get_world(binding.world)
             files = world.ensure_built(data_dir(Path.cwd()), snapshot=binding.snapshot)
             tmp = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
-            store = bound_store(scenario, DEFAULT_STORE, tmp)
+            store = bound_store(scenario, DEFAULT_STORE, tmp / "store")  # its caches: in tmp
             store.setup_session()
             self._stack.callback(store.teardown_session)
             item = store.provision(files)
@@ -88,11 +88,12 @@ class _Copies:
 
     def get(self, source: UserSource) -> tuple[Store, ProvisionedStore, str]:
         if source.key not in self._items:
+            files = source.ensure_built(data_dir(Path.cwd()))  # caches: the data folder's
             tmp = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
-            store = source.make_store(NATIVE[source.kind], tmp)
+            store = source.make_store(NATIVE[source.kind], tmp / "store")
             store.setup_session()
             self._stack.callback(store.teardown_session)
-            item = store.provision(source.ensure_built(tmp))
+            item = store.provision(files)
             self._stack.callback(item.teardown)
             self._items[source.key] = (store, item, item.fingerprint().logical)
         return self._items[source.key]
