@@ -314,3 +314,33 @@ def test_validate_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> None
         )
         assert done.returncode == 0, (args, done.stdout, done.stderr)
         assert sorted(p.name for p in tmp.iterdir()) == [], args
+
+
+def test_a_csv_file_gone_since_the_lock_is_named_as_a_missing_file(tmp_path: Path) -> None:
+    """A table's CSV file deleted after `references build`: the run's refusal and `validate`
+    name the missing file (not only two data hashes), and rebuilding names it too, instead of
+    the engine's "Table with name orders does not exist! Did you mean ...?"."""
+    import duckdb
+    from test_own_data import pytest_run, write_parquet
+
+    exports = tmp_path / "exports"
+    write_parquet(exports)
+    csv = tmp_path / "csv"
+    csv.mkdir()
+    for table in ("orders", "customers"):
+        duckdb.sql(f"COPY (FROM read_parquet('{exports}/{table}.parquet')) TO '{csv}/{table}.csv'")
+    folder = project(tmp_path, "{csv: ../csv}")
+    assert backintel(folder, "references", "build").returncode == 0
+    lock = json.loads((folder / "scenarios" / "backintel.lock.json").read_text())
+    assert lock["scenarios"]["delivered-orders"]["files"] == ["customers.csv", "orders.csv"]
+    (csv / "orders.csv").unlink()
+    checked = backintel(folder, "validate", "scenarios")
+    assert checked.returncode == 1
+    assert f"the file(s) orders.csv it was computed with are missing from {csv}" in checked.stderr
+    run = pytest_run(folder, "--run-id", "gone")
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "orders.csv it was computed with are missing" in run.stderr, run.stderr
+    rebuilt = backintel(folder, "references", "build")
+    assert rebuilt.returncode == 1
+    assert f"orders.csv it was computed with are missing from {csv}" in rebuilt.stderr
+    assert "Traceback" not in rebuilt.stderr + run.stderr + checked.stderr

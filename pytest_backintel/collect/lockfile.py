@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,10 @@ __all__ = [
     "StaleLockError",
     "check_columns",
     "check_values",
+    "data_files",
     "lock_path",
+    "missing_files",
+    "no_file",
     "read_lock",
     "reference_for",
     "render_lock",
@@ -185,7 +189,8 @@ def reference_for(
         more = "".join(f" or {e.get('data_hash')} ({label})" for label, e in sorted(also.items()))
         raise StaleLockError(
             f"scenario {scenario.id!r}: its reference in {path} was computed on data "
-            f"{entry.get('data_hash')}{more}, but this run's data is {data_hash}: {REBUILD}"
+            f"{entry.get('data_hash')}{more}, but this run's data is {data_hash}"
+            f"{missing_files(scenario, entry.get('files'))}: {REBUILD}"
         )
     other = chosen if chosen is not entry else None
     if entry.get("spec") != spec_of(scenario):
@@ -197,6 +202,37 @@ def reference_for(
     if not isinstance(values, dict):
         raise LockError(f"{path}: the entry for {scenario.id!r} has no values: {REBUILD}")
     return values
+
+
+def data_files(scenario: Scenario) -> dict[str, Any]:
+    """For a CSV or Parquet folder, the lock entry's `files`: its table files, so a file gone
+    since is named as such (its data hash alone would only say "other data")."""
+    kind = scenario.dataset.source_kind
+    if kind not in ("csv", "parquet"):
+        return {}
+    return {"files": sorted(p.name for p in scenario.dataset.source_path().glob(f"*.{kind}"))}
+
+
+def missing_files(scenario: Scenario, files: Any = None) -> str:
+    """A sentence naming the table files of `files` (default: the folder's files named in no
+    lock: none) that are gone from the scenario's folder; "" when none is."""
+    if scenario.dataset.source_kind not in ("csv", "parquet") or not isinstance(files, list):
+        return ""
+    folder = scenario.dataset.source_path()
+    if not (gone := [str(f) for f in files if not (folder / str(f)).is_file()]):
+        return ""
+    return (
+        f"; the file(s) {', '.join(gone)} it was computed with are missing from {folder}: "
+        "restore them (a lock rebuilt without them would fail on every query that reads them)"
+    )
+
+
+def no_file(scenario: Scenario, error: str) -> str:
+    """For a CSV or Parquet folder with no file for the table a query failed on: which."""
+    kind, table = scenario.dataset.source_kind, re.search(r"Table with name (\w+)", error)
+    if kind not in ("csv", "parquet") or table is None:
+        return ""
+    return missing_files(scenario, [f"{table.group(1)}.{kind}"])
 
 
 def render_lock(entries: dict[str, dict[str, Any]]) -> str:

@@ -29,6 +29,8 @@ from pytest_backintel.collect.lockfile import (
     LockError,
     check_columns,
     check_values,
+    data_files,
+    no_file,
     read_lock,
     render_lock,
     spec_of,
@@ -163,7 +165,8 @@ def _candidates(
             try:
                 rows = data.query(translate(sql, dialect))
             except Exception as exc:
-                raise ReferenceBuildError(f"{what} failed: {exc}", tuple(what.split("."))) from exc
+                why = f"{exc}{no_file(scenario, str(exc))}"
+                raise ReferenceBuildError(f"{what} failed: {why}", tuple(what.split("."))) from exc
             out[what] = metric_values(scenario, rows, what)
     if ref is not None and ref.python:
         func = _python_function(ref.python, root)
@@ -265,6 +268,7 @@ def compute_entry(path: Path, scenario: Scenario, root: Path) -> dict[str, Any]:
         "fingerprint": source.fingerprint_method,
         "spec": spec_of(scenario),
         "computed_by": next(iter(found)),
+        **data_files(scenario),
         "values": found["prediction.labels"] if scenario.prediction else _agree(scenario, found),
     }
 
