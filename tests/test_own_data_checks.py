@@ -344,3 +344,36 @@ def test_a_csv_file_gone_since_the_lock_is_named_as_a_missing_file(tmp_path: Pat
     assert rebuilt.returncode == 1
     assert f"orders.csv it was computed with are missing from {csv}" in rebuilt.stderr
     assert "Traceback" not in rebuilt.stderr + run.stderr + checked.stderr
+
+
+def test_score_case_takes_dataset_to_score_against_another_binding(tmp_path: Path) -> None:
+    """`score --case ... --dataset shop=parquet:exports` re-runs the evidence on the suite's
+    Parquet binding: DuckDB SQL (a `::` cast) reproduces there and not on the SQLite file."""
+    import subprocess
+    import sys
+
+    folder = project(tmp_path)
+    subprocess.run([sys.executable, "export_parquet.py"], cwd=folder, check=True)
+    assert backintel(folder, "references", "build").returncode == 0
+    parquet = ("--dataset", "shop=parquet:exports")
+    assert backintel(folder, "references", "build", *parquet).returncode == 0
+    lock = json.loads((folder / "suites" / "customers" / "backintel.lock.json").read_text())
+    value = lock["scenarios"]["german-customers"]["values"]["german_customers"]
+    sql = "SELECT COUNT(*)::BIGINT AS german_customers FROM customers WHERE country = 'DE'"
+    answer = {
+        "status": "answered",
+        "metrics": [{"name": "german_customers", "value": value, "unit": "customers"}],
+        "evidence": [{"id": "e1", "kind": "sql", "code": sql, "metrics": ["german_customers"]}],
+        "method": "count",
+        "caveats": [],
+    }
+    (folder / "answer.json").write_text(json.dumps(answer))
+    on_parquet = backintel(folder, "score", "--case", "german-customers", "answer.json", *parquet)
+    assert on_parquet.returncode == 0, on_parquet.stdout + on_parquet.stderr
+    assert "pass" in on_parquet.stdout
+    on_sqlite = backintel(folder, "score", "--case", "german-customers", "answer.json")
+    assert on_sqlite.returncode == 1, on_sqlite.stdout + on_sqlite.stderr
+    assert "unsupported_evidence" in on_sqlite.stdout
+    bad = backintel(folder, "score", "--case", "german-customers", "answer.json", "--dataset", "x")
+    assert bad.returncode == 2
+    assert "backintel score:" in bad.stderr

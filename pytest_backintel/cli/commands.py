@@ -195,6 +195,8 @@ def _score(args: argparse.Namespace) -> int:
 
     if args.run:
         return _rescore(args)
+    if not _rebound(args, "score"):
+        return 2
     if not (args.case or args.scenario) or not args.answer:
         print(
             "backintel score: give --case or --scenario and an answer file, or --run",
@@ -343,6 +345,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--sandbox", default=None, help="sandbox backend for Python evidence (default as pytest)"
+    )
+    p.add_argument(
+        "--dataset",
+        action="append",
+        default=[],
+        metavar="ALIAS=KIND:SOURCE",
+        help="score against another binding of a dataset alias (as a run's --dataset)",
     )
     p.add_argument("answer", nargs="?", help="the answer's JSON file")
     p.set_defaults(func=_score)
