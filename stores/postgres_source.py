@@ -217,7 +217,9 @@ class PostgresSourceStore(Store):
         """The store folder's record for `backintel clean` (`stores.pg_sweep.SOURCE_FILE`):
         the DSN without its password, the variable it came from, the roles made and not yet
         dropped; replaced atomically."""
-        doc = {"dsn": without_password(self.source_dsn), "env": self.dsn_env}
+        if not self.workdir.is_dir():  # no session set up here: no folder to keep it in
+            return
+        doc: dict[str, object] = {"dsn": without_password(self.source_dsn), "env": self.dsn_env}
         doc["made"] = sorted(self._made)
         write_marker(self.workdir / SOURCE_FILE, doc)
 
