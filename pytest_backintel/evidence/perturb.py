@@ -56,7 +56,7 @@ __all__ = [
     "write_done",
 ]
 
-PERTURB_VERSION = 5
+PERTURB_VERSION = 6
 """Bumped whenever the transformation changes, so old copies are never reused."""
 SQLITE_FILE = "perturbed.sqlite"
 """The copy as one SQLite database, beside its Parquet files."""
