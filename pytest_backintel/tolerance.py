@@ -220,10 +220,22 @@ def compare_table(spec: MetricSpec, expected: Any, got: Any, exact: bool = False
 
 
 def compare_metric(spec: MetricSpec, expected: Any, got: Any) -> Comparison:
-    """Compare a reported metric value with its reference under the metric's kind."""
+    """Compare a reported metric value with its reference under the metric's kind (a
+    currency amount 100 times the reference is said to be in minor units)."""
     if spec.kind is MetricKind.TABLE:
         return compare_table(spec, expected, got)
-    return compare_scalar(spec.kind.value, expected, got, spec.normalize)
+    found = compare_scalar(spec.kind.value, expected, got, spec.normalize)
+    if found.ok or spec.kind is not MetricKind.CURRENCY:
+        return found
+    exp, val = _as_decimal(expected), _as_decimal(got)
+    if exp and val is not None and abs(val - exp * 100) <= TOLERANCE["currency"]:
+        unit = spec.unit or "major units"
+        return Comparison(
+            False,
+            f"{found.detail}: {val} is 100 times the reference, a value in cents (minor "
+            f"units) where {unit} (major units) are asked",
+        )
+    return found
 
 
 def reproduces(spec: MetricSpec, produced: Any, reported: Any) -> Comparison:

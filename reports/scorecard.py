@@ -50,6 +50,16 @@ def _seconds(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f} s"
 
 
+def _stores(header: dict[str, Any]) -> str:
+    """The stores the trials ran on (a source of your own runs on its own backend, whatever
+    `--store` said), with `--store` when it differs."""
+    asked = str(header.get("store_backend", "unknown"))
+    used = [str(s) for s in header.get("stores_used") or []]
+    if not used or used == [asked]:
+        return asked
+    return f"{', '.join(used)} (--store {asked})"
+
+
 def _facts(summary: RunSummary) -> list[tuple[str, str]]:
     run, header = summary.run, summary.run.header
     analyst = header.get("analyst") or {}
@@ -61,7 +71,7 @@ def _facts(summary: RunSummary) -> list[tuple[str, str]]:
         ("analyst", run.analyst_name),
         ("analyst label", str(analyst.get("label", "unknown"))),
         ("model", run.model or "none"),
-        ("store backend", str(header.get("store_backend", "unknown"))),
+        ("store backend", _stores(header)),
         ("trials per case (planned)", str(header.get("trials", "unknown"))),
         ("frozen run", "yes" if header.get("freeze") else "no"),
         ("harness version", str(header.get("harness_version", "unknown"))),

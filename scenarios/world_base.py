@@ -259,6 +259,9 @@ class World(ABC):
         finally:
             con.close()
 
+    fingerprint_method = "parquet-polars-sorted-rows-v1"
+    """The name and version of `data_hash`'s method, recorded with every trial."""
+
     def data_hash(self, files: DatasetFiles) -> str:
         """sha256 of the canonical Parquet content (`content_hash`, kept per file state for
         a built world: `built_content_hash`)."""

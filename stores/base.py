@@ -37,6 +37,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreSession",
+    "SweepIncomplete",
     "TableInfo",
     "ViewProbeKind",
     "load_object",
@@ -56,6 +57,17 @@ Cell = int | float | str | bool | bytes | Decimal | date | datetime | None
 
 class StoreError(Exception):
     """The store itself failed (provisioning, teardown, fingerprinting): not the analyst's fault."""
+
+
+class SweepIncomplete(StoreError):
+    """A sweep of a server (`backintel clean`, a session's start) that could not remove
+    everything a gone run made: `dropped` what it did, `left` one line per server naming what
+    is still there and how to finish (the record of it is kept)."""
+
+    def __init__(self, dropped: list[str], left: list[str]) -> None:
+        super().__init__("; ".join(left))
+        self.dropped = dropped
+        self.left = left
 
 
 class QueryError(Exception):
@@ -324,10 +336,18 @@ class Store(ABC):
 
     @classmethod
     def for_source(
-        cls, workdir: Path, location: str, *, role: str | None = None, cache_dir: Path | None = None
+        cls,
+        workdir: Path,
+        location: str,
+        *,
+        role: str | None = None,
+        cache_dir: Path | None = None,
+        dsn_env: str | None = None,
     ) -> Store:
         """This store serving a user's own source at `location` (a path or DSN) where it is
-        (`capabilities.in_place`); `cache_dir` keeps hashes for every process of the source."""
+        (`capabilities.in_place`); `cache_dir` keeps hashes for every process of the source;
+        `dsn_env` names the environment variable a DSN came from (`backintel clean` reads it
+        again rather than keep a password)."""
         raise UnsupportedCapability(
             f"store {cls.name!r} does not support in_place=True: it copies each item's data"
         )
@@ -345,6 +365,11 @@ class Store(ABC):
     def source_fingerprint(self) -> Fingerprint:
         """The fingerprint of the source used in place, read where it is (no item made)."""
         raise UnsupportedCapability(f"store {self.name!r} does not support in_place=True")
+
+    def older_fingerprint(self, dataset: DatasetFiles, method: str) -> str | None:
+        """The source's data hash by an older fingerprint method (to verify a lock file an
+        older release wrote); None for a method this store no longer has."""
+        return None
 
     def view_probe_kind(self, form: str | None) -> ViewProbeKind | None:
         """How this store serves the evidence stage's data probes of a source of `form` as

@@ -142,8 +142,9 @@ def test_a_run_passes_leaves_no_bi_database_and_never_shows_the_password(
     source: tuple[str, str, dict[str, Any]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The reference analyst passes on the source with two trials; the probe names the table
-    it keeps whole (`Note`); the server holds the same `bi_` databases as before the run, and
+    """The reference analyst passes on the source with two trials; the probe drops the
+    unkeyed `Note`'s rows by a hash of the whole row (no probe warning); the server holds
+    the same `bi_` databases as before the run, and
     the source's password appears in no file the build and the run wrote, nor in their
     output (it is `CLICKHOUSE_PASSWORD`'s here, the DSN in `SRC_CH` names only the user)."""
     dsn, _, _ = source
@@ -161,8 +162,7 @@ def test_a_run_passes_leaves_no_bi_database_and_never_shows_the_password(
     lines = (folder / "results" / "r" / "records.jsonl").read_text().splitlines()
     got = [(r["scenario_id"], r["outcome"]) for r in map(json.loads, lines)]
     assert sorted(got) == sorted([(sid, "pass") for sid in SCENARIOS] * 2)
-    assert "WARNING: the data probe of" in run.stdout
-    assert "'Note'" in run.stdout
+    assert "WARNING: the data probe of" not in run.stdout  # `Note` drops rows by row hash
     assert bi_databases(server) == before
     written = texts(folder)
     assert "clickhouse-src_ch" in written  # the world: the binding names the variable
@@ -291,7 +291,8 @@ def test_hidden_literals_are_unsupported_through_the_probe_views(
     """`SELECT 91 AS m FROM Invoice LIMIT 1` and `SELECT max(469.58) AS m FROM Invoice` (with
     the true values) reproduce on the source but not on its probes, nor does Python evidence
     printing the value; the honest SQL and Python (through the query channel) pass; the
-    unkeyed `Note` is the one probe gap; evidence naming the source database is refused, named."""
+    unkeyed `Note` drops rows by a hash of the whole row (no probe gap); evidence naming
+    the source database is refused, named."""
     dsn, db, truth = source
     monkeypatch.setenv("SRC_CH", dsn)
     folder = project(tmp_path / "p", {"clickhouse": "SRC_CH"})
@@ -314,7 +315,7 @@ def test_hidden_literals_are_unsupported_through_the_probe_views(
     for sid, (_, _, _, sql) in SCENARIOS.items():
         honest = score(sid, sql)
         assert honest["outcome"] == "pass", honest
-        assert [g.split(":")[0] for g in honest["probe_gaps"]] == ["table 'Note' keeps every row"]
+        assert honest["probe_gaps"] == []
         value = truth[sid]
         for code in (
             f"SELECT {value} AS m FROM Invoice LIMIT 1",
@@ -502,7 +503,8 @@ def test_keys_come_from_a_unique_primary_key_then_names_and_money_keeps_its_type
         assert (["InvoiceId"], "Invoice", ["InvoiceId"]) in plans["InvoiceLine"].parents
         assert plans["Payment"].scale == ["Amount", "Rate"]
         assert plans["Invoice"].scale == ["Total"]
-        assert [n.split(":")[0] for n in notes] == ["table 'Note' keeps every row"]
+        assert notes == []
+        assert plans["Note"].key == ["Body"]  # no key: the whole row
         item = store.provision(files)
         probe = ch_view_probe(store, files, tmp_path, 1, None, plans, notes)
         try:

@@ -290,3 +290,90 @@ def test_one_run_over_a_copied_suite_is_refused_naming_both_files(tmp_path: Path
         f".scenario.yaml and {folder}/copy/canceled-share.scenario.yaml"
     ) in done.stderr
     assert "--dataset" in done.stderr
+
+
+def test_validate_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> None:
+    """`validate` (with or without --dataset) and `references build` keep their caches under
+    the project's data folder: nothing (no `hashes`, no `logical`) is left in $TMPDIR."""
+    import os
+    import subprocess
+    import sys
+
+    folder = project(tmp_path / "p")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = os.environ | {"TMPDIR": str(tmp)}
+    exe = str(Path(sys.executable).parent / "backintel")
+    for args in (
+        ["references", "build"],
+        ["validate", "scenarios", "suites"],
+        ["validate", "suites", "--dataset", "shop=sqlite:shop.sqlite"],
+    ):
+        done = subprocess.run(
+            [exe, *args], cwd=folder, env=env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        assert sorted(p.name for p in tmp.iterdir()) == [], args
+
+
+def test_a_csv_file_gone_since_the_lock_is_named_as_a_missing_file(tmp_path: Path) -> None:
+    """A table's CSV file deleted after `references build`: the run's refusal and `validate`
+    name the missing file (not only two data hashes), and rebuilding names it too, instead of
+    the engine's "Table with name orders does not exist! Did you mean ...?"."""
+    import duckdb
+    from test_own_data import pytest_run, write_parquet
+
+    exports = tmp_path / "exports"
+    write_parquet(exports)
+    csv = tmp_path / "csv"
+    csv.mkdir()
+    for table in ("orders", "customers"):
+        duckdb.sql(f"COPY (FROM read_parquet('{exports}/{table}.parquet')) TO '{csv}/{table}.csv'")
+    folder = project(tmp_path, "{csv: ../csv}")
+    assert backintel(folder, "references", "build").returncode == 0
+    lock = json.loads((folder / "scenarios" / "backintel.lock.json").read_text())
+    assert lock["scenarios"]["delivered-orders"]["files"] == ["customers.csv", "orders.csv"]
+    (csv / "orders.csv").unlink()
+    checked = backintel(folder, "validate", "scenarios")
+    assert checked.returncode == 1
+    assert f"the file(s) orders.csv it was computed with are missing from {csv}" in checked.stderr
+    run = pytest_run(folder, "--run-id", "gone")
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "orders.csv it was computed with are missing" in run.stderr, run.stderr
+    rebuilt = backintel(folder, "references", "build")
+    assert rebuilt.returncode == 1
+    assert f"orders.csv it was computed with are missing from {csv}" in rebuilt.stderr
+    assert "Traceback" not in rebuilt.stderr + run.stderr + checked.stderr
+
+
+def test_score_case_takes_dataset_to_score_against_another_binding(tmp_path: Path) -> None:
+    """`score --case ... --dataset shop=parquet:exports` re-runs the evidence on the suite's
+    Parquet binding: DuckDB SQL (a `::` cast) reproduces there and not on the SQLite file."""
+    import subprocess
+    import sys
+
+    folder = project(tmp_path)
+    subprocess.run([sys.executable, "export_parquet.py"], cwd=folder, check=True)
+    assert backintel(folder, "references", "build").returncode == 0
+    parquet = ("--dataset", "shop=parquet:exports")
+    assert backintel(folder, "references", "build", *parquet).returncode == 0
+    lock = json.loads((folder / "suites" / "customers" / "backintel.lock.json").read_text())
+    value = lock["scenarios"]["german-customers"]["values"]["german_customers"]
+    sql = "SELECT COUNT(*)::BIGINT AS german_customers FROM customers WHERE country = 'DE'"
+    answer = {
+        "status": "answered",
+        "metrics": [{"name": "german_customers", "value": value, "unit": "customers"}],
+        "evidence": [{"id": "e1", "kind": "sql", "code": sql, "metrics": ["german_customers"]}],
+        "method": "count",
+        "caveats": [],
+    }
+    (folder / "answer.json").write_text(json.dumps(answer))
+    on_parquet = backintel(folder, "score", "--case", "german-customers", "answer.json", *parquet)
+    assert on_parquet.returncode == 0, on_parquet.stdout + on_parquet.stderr
+    assert "pass" in on_parquet.stdout
+    on_sqlite = backintel(folder, "score", "--case", "german-customers", "answer.json")
+    assert on_sqlite.returncode == 1, on_sqlite.stdout + on_sqlite.stderr
+    assert "unsupported_evidence" in on_sqlite.stdout
+    bad = backintel(folder, "score", "--case", "german-customers", "answer.json", "--dataset", "x")
+    assert bad.returncode == 2
+    assert "backintel score:" in bad.stderr

@@ -217,12 +217,13 @@ CREATE TABLE Note (Body TEXT NOT NULL);
 """
 
 
-def test_a_table_with_no_usable_key_is_named_in_the_score_records_and_run_json(
+def test_a_table_with_no_usable_key_drops_rows_by_a_hash_of_the_whole_row(
     tmp_path: Path,
 ) -> None:
-    """`Rate` and `Note` have no declared key, no id-like column and no foreign key: the
-    probe keeps their rows, and says so (with whether their numbers move) instead of being
-    silent; the keyed tables are not named."""
+    """`Rate` and `Note` have no declared key, no id-like column and no foreign key: the probe
+    drops their rows by a hash of the whole row, so a count of `Note` given as a literal is
+    caught, no probe gap is named, and the run has no probe warning. (A table under
+    `MIN_ROWS` rows still keeps them: choosing salts per scenario is not done yet.)"""
     write_sqlite(tmp_path / "chinook.sqlite")
     con = sqlite3.connect(tmp_path / "chinook.sqlite")
     con.executescript(NO_KEY)
@@ -231,27 +232,34 @@ def test_a_table_with_no_usable_key_is_named_in_the_score_records_and_run_json(
     con.commit()
     con.close()
     folder = project(tmp_path, "{sqlite: ../chinook.sqlite}")
+    (folder / "scenarios" / "note-count.scenario.yaml").write_text(
+        "id: note-count\nversion: 1\ntitle: t\nquestion: How many notes?\n"
+        "dataset: {sqlite: ../chinook.sqlite}\nsplit: development\nlevel: 1\n"
+        "family: invoices\nanswerable: true\nmetrics:\n  - {name: n, kind: count, "
+        "unit: rows}\nreference:\n  sql: SELECT COUNT(*) AS n FROM Note\n"
+    )
     assert backintel(folder, "references", "build").returncode == 0
-    notes = "SELECT 9 AS usa_invoices FROM Note LIMIT 1"  # a literal over the unkeyed table
-    got = score(folder, "usa-invoices", 9, "sql", notes)
-    gaps = got["probe_gaps"]
-    assert isinstance(gaps, list)
-    assert [g.split(":")[0] for g in gaps] == [
-        "table 'Note' keeps every row",
-        "table 'Rate' keeps every row",
-    ], gaps
-    assert "nothing in it changes" in gaps[0]
-    assert "numbers are rescaled" in gaps[1]
+    for code in ("SELECT 9 AS n FROM Note LIMIT 1", "SELECT COUNT(*) AS n FROM Note"):
+        answer = {
+            "status": "answered",
+            "metrics": [{"name": "n", "value": 9, "unit": "rows"}],
+            "evidence": [{"id": "e1", "kind": "sql", "code": code, "metrics": ["n"]}],
+        }
+        path = folder / f"note-{secrets.token_hex(3)}.json"
+        path.write_text(json.dumps(answer))
+        done = backintel(
+            folder, "score", "--scenario", "scenarios/note-count.scenario.yaml", str(path)
+        )
+        got = json.loads(done.stdout)
+        honest = code.startswith("SELECT COUNT")
+        assert got["outcome"] == ("pass" if honest else "unsupported_evidence"), (code, got)
+        assert got["probe_gaps"] == [], got["probe_gaps"]
 
     run = pytest_run(folder, "--run-id", "r")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "WARNING: the data probe of" in run.stdout
-    assert "'Note'" in run.stdout
-    records = [json.loads(line) for line in (folder / "results/r/records.jsonl").open()]
-    assert all(r["probe_gaps"] == gaps for r in records), [r["probe_gaps"] for r in records]
+    assert "WARNING: the data probe of" not in run.stdout
     summary = json.loads((folder / "results/r/run.json").read_text())
-    assert summary["probe_gaps"] == gaps
-    assert any("table 'Note' keeps every row" in w for w in summary["warnings"])
+    assert summary["probe_gaps"] == []
 
 
 @pytest.mark.parametrize(

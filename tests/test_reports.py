@@ -317,3 +317,20 @@ def test_docs_example_runs(capsys: Any) -> None:
     assert len(blocks) == 1
     exec(compile(blocks[0], "docs/reports.md", "exec"), {})
     assert "DECISION: REJECT" in capsys.readouterr().out
+
+
+def test_the_scorecard_names_the_stores_the_trials_ran_on(tmp_path: Path) -> None:
+    """A run of sources of your own on PostgreSQL under the default `--store sqlite`: the
+    scorecard names postgres (and what `--store` said), never sqlite alone."""
+    from reports.scorecard import _stores
+
+    assert _stores({"store_backend": "sqlite"}) == "sqlite"  # an older run.json
+    assert _stores({"store_backend": "sqlite", "stores_used": ["sqlite"]}) == "sqlite"
+    assert _stores({"store_backend": "sqlite", "stores_used": ["postgres"]}) == (
+        "postgres (--store sqlite)"
+    )
+    head = header("pg") | {"store_backend": "sqlite", "stores_used": ["postgres"]}
+    folder = write_run(tmp_path / "pg", head, [record("x")])
+    assert main(["report", str(folder)]) == 0
+    text = (folder / "scorecard.md").read_text()
+    assert "| store backend | postgres (--store sqlite) |" in text, text[:2000]

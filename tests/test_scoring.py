@@ -157,3 +157,30 @@ def test_concepts_match_whole_words(text: str, named: bool) -> None:
 @given(st.text())
 def test_concept_matching_never_crashes(text: str) -> None:
     names_concept(text, ["cost", "a.b*c"])
+
+
+@pytest.mark.parametrize(
+    "explanation",
+    [
+        "Probably about 0 USD, since no spend is recorded.",
+        "It would be roughly 120 USD.",
+        "zero dollars were spent, so the value is nil",
+        "my guess: 3.5 % of revenue",
+    ],
+)
+def test_a_refusal_that_states_an_amount_invents_a_value(explanation: str) -> None:
+    """However the metric is named, an amount with its currency or unit is a value."""
+    said = Refusal(missing=["an expense ledger"], explanation=explanation)
+    assert score_answer(UNANSWERABLE, said, [], {}).outcome is Outcome.INVENTED_VALUE
+
+
+@pytest.mark.parametrize(
+    "explanation",
+    [
+        "No spend table exists; 0 rows in marketing for 2018.",
+        "The expense ledger is absent, so no USD figure can be computed.",
+    ],
+)
+def test_a_refusal_that_counts_what_it_checked_is_no_invented_value(explanation: str) -> None:
+    said = Refusal(missing=["an expense ledger"], explanation=explanation)
+    assert score_answer(UNANSWERABLE, said, [], {}).outcome is Outcome.PASS

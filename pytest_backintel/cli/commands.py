@@ -84,7 +84,10 @@ def _references_build(args: argparse.Namespace) -> int:
     if not _rebound(args, "references build"):
         return 2
     done, problems = build_locks(
-        [Path(p) for p in args.paths or ["."]], check=args.check, root=Path.cwd()
+        [Path(p) for p in args.paths or ["."]],
+        check=args.check,
+        root=Path.cwd(),
+        upgrade=args.check_upgrade,
     )
     for line in done:
         print(line)
@@ -205,6 +208,8 @@ def _score(args: argparse.Namespace) -> int:
 
     if args.run:
         return _rescore(args)
+    if not _rebound(args, "score"):
+        return 2
     if not (args.case or args.scenario) or not args.answer:
         print(
             "backintel score: give --case or --scenario and an answer file, or --run",
@@ -319,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", help="folders or files to search (default: .)")
     p.add_argument("--check", action="store_true", help="verify the lock files, write nothing")
     p.add_argument(
+        "--check-upgrade",
+        action="store_true",
+        help="after an upgrade changed the data fingerprint: rebuild and say per scenario "
+        "`unchanged` or `changed old -> new` (exit 1 on any change)",
+    )
+    p.add_argument(
         "--dataset",
         action="append",
         default=[],
@@ -348,6 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--sandbox", default=None, help="sandbox backend for Python evidence (default as pytest)"
+    )
+    p.add_argument(
+        "--dataset",
+        action="append",
+        default=[],
+        metavar="ALIAS=KIND:SOURCE",
+        help="score against another binding of a dataset alias (as a run's --dataset)",
     )
     p.add_argument("answer", nargs="?", help="the answer's JSON file")
     p.set_defaults(func=_score)

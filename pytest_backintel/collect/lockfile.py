@@ -3,8 +3,12 @@
 `backintel references build` writes `backintel.lock.json` into every folder that holds
 scenarios bound to a source of your own. Each entry keeps the values, the data hash they were
 computed on and the reference spec (SQL, inline values or `module:function`) that produced
-them. A run reads an entry only after the analyst has answered, and refuses one computed on
-other data or from another spec, naming the scenario and both hashes.
+them, and (since format 2) the fingerprint method behind that hash
+(`stores.common.fingerprint_methods`). A run reads an entry only after the analyst has answered, and
+refuses one computed on other data or from another spec, naming the scenario and both hashes.
+An entry whose hash is by an older fingerprint method is verified with that method where the
+harness still has it, else refused as a change of the harness, not of the data, naming
+`backintel references build --check-upgrade`. Format 1 locks (no method named) are read too.
 """
 
 from __future__ import annotations
@@ -12,20 +16,29 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pytest_backintel.collect.prediction_refs import labels_file
 from pytest_backintel.scenario import MetricKind, Scenario
+from stores.common.fingerprint_methods import LEGACY, current_method
 
 __all__ = [
     "LOCK_NAME",
+    "UNNAMED",
+    "UPGRADE",
+    "FingerprintChangedError",
     "LockError",
     "Problem",
     "StaleLockError",
     "check_columns",
     "check_values",
+    "data_files",
     "lock_path",
+    "missing_files",
+    "no_file",
     "read_lock",
     "reference_for",
     "render_lock",
@@ -33,7 +46,12 @@ __all__ = [
 ]
 
 LOCK_NAME = "backintel.lock.json"
-FORMAT = 1
+FORMAT = 2
+"""2: every entry names its fingerprint method (`fingerprint`); 1: none did."""
+READABLE = (1, 2)
+UNNAMED = "unnamed (lock format 1)"
+"""The `fingerprint` a format 1 entry is read with: any method its kind had then."""
+UPGRADE = "backintel references build --check-upgrade"
 REBUILD = (
     "run `backintel references build` on this data (with the run's --dataset, if any) and "
     "commit the lock file"
@@ -46,6 +64,11 @@ class LockError(Exception):
 
 class StaleLockError(LockError):
     """An entry was computed on other data or from another reference spec."""
+
+
+class FingerprintChangedError(StaleLockError):
+    """An entry's data hash is by a fingerprint method this harness can no longer compute:
+    the harness changed, which says nothing about the data."""
 
 
 def lock_path(scenario: Scenario) -> Path:
@@ -81,25 +104,95 @@ def read_lock(path: Path) -> dict[str, dict[str, Any]]:
     except (OSError, ValueError) as exc:
         raise LockError(f"{path}: not a readable lock file ({exc}): {REBUILD}") from exc
     entries = doc.get("scenarios") if isinstance(doc, dict) else None
-    if not isinstance(entries, dict) or doc.get("format") != FORMAT:
+    if not isinstance(entries, dict) or doc.get("format") not in READABLE:
         raise LockError(f"{path}: not a backintel lock file (format {FORMAT}): {REBUILD}")
+    if doc["format"] == 1:  # no method named: any its kind had then (`LEGACY`)
+        for entry in entries.values():
+            if isinstance(entry, dict):
+                entry.setdefault("fingerprint", UNNAMED)
+                for other in (entry.get("also") or {}).values():
+                    other.setdefault("fingerprint", UNNAMED)
     return entries
 
 
-def reference_for(scenario: Scenario, data_hash: str) -> dict[str, Any]:
-    """The scenario's reference values, checked against the data and the spec."""
+Rehash = Callable[[str], "str | None"]
+"""The run's data hash by another fingerprint method, None where the harness lacks it."""
+
+
+def _memo(rehash: Rehash) -> Rehash:
+    done: dict[str, str | None] = {}
+
+    def once(method: str) -> str | None:
+        if method not in done:
+            done[method] = rehash(method)
+        return done[method]
+
+    return once
+
+
+def _verdict(
+    kind: str, entry: dict[str, Any], data_hash: str, method: str | None, rehash: Rehash | None
+) -> tuple[bool, list[str]]:
+    """Whether `entry` was computed on this data, and the methods it may have used that the
+    harness cannot compute (so a mismatch may be the harness's, not the data's)."""
+    named = entry.get("fingerprint")
+    if method is None or named in (None, method):
+        return entry.get("data_hash") == data_hash, []
+    if entry.get("data_hash") == data_hash and named == UNNAMED:
+        return True, []
+    tried = LEGACY.get(kind, (current_method(kind),)) if named == UNNAMED else (named,)
+    lacking = []
+    for old in (m for m in tried if m != method):
+        digest = rehash(old) if rehash is not None else None
+        if digest is None:
+            lacking.append(old)
+        elif digest == entry.get("data_hash"):
+            return True, []
+    return False, lacking
+
+
+def reference_for(
+    scenario: Scenario,
+    data_hash: str,
+    *,
+    method: str | None = None,
+    rehash: Rehash | None = None,
+) -> dict[str, Any]:
+    """The scenario's reference values, checked against the data and the spec. `method` names
+    the fingerprint behind `data_hash`; an entry by another method is checked by `rehash`."""
     path = lock_path(scenario)
     entry = read_lock(path).get(scenario.id)
     if entry is None:
         raise LockError(f"{path} has no reference for scenario {scenario.id!r}: {REBUILD}")
     also: dict[str, Any] = entry.get("also") or {}
-    other = next((e for e in also.values() if e.get("data_hash") == data_hash), None)
-    if entry.get("data_hash") != data_hash and other is None:
+    kind = scenario.dataset.source_kind or ""
+    if rehash is not None:
+        rehash = _memo(rehash)
+    lacking: list[str] = []
+    chosen: dict[str, Any] | None = None
+    for candidate in (entry, *also.values()):
+        ok, missing = _verdict(kind, candidate, data_hash, method, rehash)
+        lacking += missing
+        if ok:
+            chosen = candidate
+            break
+    if chosen is None and lacking:
+        raise FingerprintChangedError(
+            f"scenario {scenario.id!r}: the data hash of its reference in {path} is by a "
+            f"fingerprint method this harness no longer has ({', '.join(dict.fromkeys(lacking))};"
+            f" it fingerprints with {method}): the harness changed how it "
+            "fingerprints data; that says nothing about your data. Run "
+            f"`{UPGRADE}` (with the run's --dataset, if any): it rebuilds the lock and shows "
+            "per scenario `unchanged` or `changed old -> new`"
+        )
+    if chosen is None:
         more = "".join(f" or {e.get('data_hash')} ({label})" for label, e in sorted(also.items()))
         raise StaleLockError(
             f"scenario {scenario.id!r}: its reference in {path} was computed on data "
-            f"{entry.get('data_hash')}{more}, but this run's data is {data_hash}: {REBUILD}"
+            f"{entry.get('data_hash')}{more}, but this run's data is {data_hash}"
+            f"{missing_files(scenario, entry.get('files'))}: {REBUILD}"
         )
+    other = chosen if chosen is not entry else None
     if entry.get("spec") != spec_of(scenario):
         raise StaleLockError(
             f"scenario {scenario.id!r}: its reference or check query changed since {path} "
@@ -109,6 +202,37 @@ def reference_for(scenario: Scenario, data_hash: str) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise LockError(f"{path}: the entry for {scenario.id!r} has no values: {REBUILD}")
     return values
+
+
+def data_files(scenario: Scenario) -> dict[str, Any]:
+    """For a CSV or Parquet folder, the lock entry's `files`: its table files, so a file gone
+    since is named as such (its data hash alone would only say "other data")."""
+    kind = scenario.dataset.source_kind
+    if kind not in ("csv", "parquet"):
+        return {}
+    return {"files": sorted(p.name for p in scenario.dataset.source_path().glob(f"*.{kind}"))}
+
+
+def missing_files(scenario: Scenario, files: Any = None) -> str:
+    """A sentence naming the table files of `files` (default: the folder's files named in no
+    lock: none) that are gone from the scenario's folder; "" when none is."""
+    if scenario.dataset.source_kind not in ("csv", "parquet") or not isinstance(files, list):
+        return ""
+    folder = scenario.dataset.source_path()
+    if not (gone := [str(f) for f in files if not (folder / str(f)).is_file()]):
+        return ""
+    return (
+        f"; the file(s) {', '.join(gone)} it was computed with are missing from {folder}: "
+        "restore them (a lock rebuilt without them would fail on every query that reads them)"
+    )
+
+
+def no_file(scenario: Scenario, error: str) -> str:
+    """For a CSV or Parquet folder with no file for the table a query failed on: which."""
+    kind, table = scenario.dataset.source_kind, re.search(r"Table with name (\w+)", error)
+    if kind not in ("csv", "parquet") or table is None:
+        return ""
+    return missing_files(scenario, [f"{table.group(1)}.{kind}"])
 
 
 def render_lock(entries: dict[str, dict[str, Any]]) -> str:

@@ -22,26 +22,20 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.collect.loading import (
-    ScenarioFileError,
-    line_of,
-    load_scenario_file,
-    where,
-)
+from pytest_backintel.collect.loading import ScenarioFileError, line_of, load_scenario_file, where
+from pytest_backintel.collect.lock_upgrade import upgrade_lines
 from pytest_backintel.collect.lockfile import (
     LOCK_NAME,
     LockError,
     check_columns,
     check_values,
+    data_files,
+    no_file,
     read_lock,
     render_lock,
     spec_of,
 )
-from pytest_backintel.collect.prediction_refs import (
-    PredictionReferenceError,
-    calibrate,
-    own_cohort,
-)
+from pytest_backintel.collect.prediction_refs import PredictionReferenceError, calibrate, own_cohort
 from pytest_backintel.collect.suites import rebound
 from pytest_backintel.collect.user_data import NATIVE, check_world, user_source
 from pytest_backintel.collect.worlds import data_dir
@@ -171,7 +165,8 @@ def _candidates(
             try:
                 rows = data.query(translate(sql, dialect))
             except Exception as exc:
-                raise ReferenceBuildError(f"{what} failed: {exc}", tuple(what.split("."))) from exc
+                why = f"{exc}{no_file(scenario, str(exc))}"
+                raise ReferenceBuildError(f"{what} failed: {why}", tuple(what.split("."))) from exc
             out[what] = metric_values(scenario, rows, what)
     if ref is not None and ref.python:
         func = _python_function(ref.python, root)
@@ -248,7 +243,7 @@ def compute_entry(path: Path, scenario: Scenario, root: Path) -> dict[str, Any]:
     assert source is not None
     files = source.ensure_built(data_dir(root))
     with tempfile.TemporaryDirectory(prefix="backintel-refs-") as tmp:
-        store = source.make_store(NATIVE[source.kind], Path(tmp))
+        store = source.make_store(NATIVE[source.kind], Path(tmp) / "store")
         store.setup_session()
         try:
             item = store.provision(files)
@@ -270,8 +265,10 @@ def compute_entry(path: Path, scenario: Scenario, root: Path) -> dict[str, Any]:
         "file": path.name,
         "dataset": f"{source.kind}:{redact(scenario.dataset.source or '')}",
         "data_hash": data_hash,
+        "fingerprint": source.fingerprint_method,
         "spec": spec_of(scenario),
         "computed_by": next(iter(found)),
+        **data_files(scenario),
         "values": found["prediction.labels"] if scenario.prediction else _agree(scenario, found),
     }
 
@@ -330,7 +327,9 @@ def merge_binding(
                 f"scenario {scenario.id!r}: lock its suite's own binding first (run "
                 "`backintel references build` without --dataset), then each other binding"
             )
-        also[new["dataset"]] = {k: new[k] for k in ("data_hash", "computed_by", "values")}
+        also[new["dataset"]] = {
+            k: new[k] for k in ("data_hash", "fingerprint", "computed_by", "values")
+        }
         main = {k: v for k, v in old.items() if k != "also"}
         merged = {**main, "also": dict(sorted(also.items()))}
     for label, other in also.items():
@@ -342,9 +341,13 @@ def merge_binding(
     return merged
 
 
-def build_locks(roots: list[Path], *, check: bool, root: Path) -> tuple[list[str], list[str]]:
+def build_locks(
+    roots: list[Path], *, check: bool, root: Path, upgrade: bool = False
+) -> tuple[list[str], list[str]]:
     """Write (or with `check`, compare) the lock file of every folder of user-bound scenarios
-    under `roots`. Returns (what was done, per lock file; every problem, `file:line`)."""
+    under `roots`. Returns (what was done, per lock file; every problem, `file:line`). With
+    `upgrade`, each scenario's values are also compared with the old lock's (`lock_upgrade`):
+    a changed one is a problem."""
     folders: dict[Path, dict[str, dict[str, Any]]] = {}
     problems: list[str] = []
     for path in scenario_files(roots):
@@ -376,6 +379,10 @@ def build_locks(roots: list[Path], *, check: bool, root: Path) -> tuple[list[str
         lock = folder / LOCK_NAME
         text = render_lock(entries)
         current = lock.read_text(encoding="utf-8") if lock.exists() else None
+        if upgrade:
+            lines, changed = upgrade_lines(lock, entries)
+            done += lines
+            problems += [f"reference value changed: {line}" for line in changed]
         if check:
             if current != text:
                 try:

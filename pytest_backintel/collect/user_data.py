@@ -229,11 +229,13 @@ class UserSource:
         if in_place:
             from stores.registry import load_source_class
 
+            raw = self.binding.source or ""
             return load_source_class(self.kind).for_source(
                 workdir,
                 self._location(),
                 role=self.binding.role,
                 cache_dir=self._cache_dir(spec),
+                dsn_env=raw if _ENV_NAME.match(raw) else None,
             )
         if self.kind == "sqlalchemy":  # used in place, reached through the registry only
             from stores.registry import load_store_class
@@ -274,7 +276,7 @@ class UserSource:
                 finally:
                     source.teardown_session()
         with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
-            store = self.make_store(NATIVE[self.kind], Path(tmp))
+            store = self.make_store(NATIVE[self.kind], Path(tmp) / "store")
             store.setup_session()
             try:
                 item = store.provision(files)
@@ -290,14 +292,43 @@ class UserSource:
     def verify(self, data_dir: Path, snapshot: str = "base") -> list[str]:
         return []
 
+    @property
+    def fingerprint_method(self) -> str:
+        """The name and version of the method behind `data_hash`."""
+        from stores.common.fingerprint_methods import current_method
+
+        return current_method(self.kind)
+
+    def older_data_hash(self, method: str) -> str | None:
+        """The data hash by an older fingerprint method this harness still has (to verify a
+        lock an older release wrote); None when it has not."""
+        from stores.common.fingerprint_methods import OLDER
+
+        if method not in OLDER.get(self.kind, ()) or self.kind != "sqlite":
+            return None
+        import tempfile
+
+        from stores.registry import load_source_class
+
+        path = Path(self._location())
+        files = DatasetFiles(self.name, parquet_dir=path, sqlite_path=path)
+        with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
+            store = load_source_class(self.kind).for_source(
+                Path(tmp) / "w", str(path), cache_dir=self._cache_dir("sqlite")
+            )
+            return store.older_fingerprint(files, method)
+
     def reference(
         self, scenario: Scenario, files: DatasetFiles, data_hash: str
     ) -> Mapping[str, Any]:
         """The scenario's values from the lock file beside it, refused if computed on other
-        data or from another reference."""
+        data or from another reference (a hash by an older fingerprint method is verified by
+        that method where the harness still has it)."""
         from pytest_backintel.collect.lockfile import reference_for
 
-        return reference_for(scenario, data_hash)
+        return reference_for(
+            scenario, data_hash, method=self.fingerprint_method, rehash=self.older_data_hash
+        )
 
 
 _SOURCES: dict[str, UserSource] = {}

@@ -78,7 +78,7 @@ class _Copies:
             world = get_world(binding.world)
             files = world.ensure_built(data_dir(Path.cwd()), snapshot=binding.snapshot)
             tmp = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
-            store = bound_store(scenario, DEFAULT_STORE, tmp)
+            store = bound_store(scenario, DEFAULT_STORE, tmp / "store")  # its caches: in tmp
             store.setup_session()
             self._stack.callback(store.teardown_session)
             item = store.provision(files)
@@ -88,11 +88,12 @@ class _Copies:
 
     def get(self, source: UserSource) -> tuple[Store, ProvisionedStore, str]:
         if source.key not in self._items:
+            files = source.ensure_built(data_dir(Path.cwd()))  # caches: the data folder's
             tmp = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
-            store = source.make_store(NATIVE[source.kind], tmp)
+            store = source.make_store(NATIVE[source.kind], tmp / "store")
             store.setup_session()
             self._stack.callback(store.teardown_session)
-            item = store.provision(source.ensure_built(tmp))
+            item = store.provision(files)
             self._stack.callback(item.teardown)
             self._items[source.key] = (store, item, item.fingerprint().logical)
         return self._items[source.key]
@@ -160,7 +161,12 @@ def _problems(path: Path, scenario: Scenario, copies: _Copies) -> list[str]:
     found += _scope_problems(path, scenario, item, what)
     if scenario.answerable and source is not None:
         try:
-            values = reference_for(scenario, data_hash)
+            values = reference_for(
+                scenario,
+                data_hash,
+                method=source.fingerprint_method,
+                rehash=source.older_data_hash,
+            )
         except LockError as exc:
             loc = ("reference",) if scenario.reference else ("id",)
             found.append(f"{path}:{line_of(path, loc)}: reference: {exc}")

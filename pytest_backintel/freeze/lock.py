@@ -151,6 +151,7 @@ def plan_items(
         "manifests": {
             str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(set(manifests))
         },
+        "manifests_hash_method": "sha256-file-bytes",  # what `verify_lock` recomputes
         "sealed": sealed or [],
         "locked_at": now_iso(),
     }

@@ -62,8 +62,8 @@ def header_lines(opts: BenchOptions, run_dir: Path, sandbox: dict[str, Any]) -> 
     lines = [
         f"backintel: analyst {who}"
         + (f" ({label})" if (label := analyst_label(opts.analyst)) else ""),
-        f"backintel: --store {opts.store} (each dataset's store is named after collection), "
-        f"trials {opts.trials}, run {run_dir}",
+        f"backintel: store per dataset, named after collection (--store {opts.store} serves "
+        f"the registered worlds), trials {opts.trials}, run {run_dir}",
     ]
     lines += price_warnings(opts.model, opts.analyst, opts.run_limits, opts.limits.max_cost_usd)
     if opts.analyst == "model":

@@ -112,6 +112,10 @@ def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "data_hashes": dict(
             sorted({(r["world"], r["data_hash"]) for r in records if r.get("data_hash")})
         ),
+        "data_hash_methods": dict(
+            sorted({(r["world"], m) for r in records if (m := r.get("data_hash_method"))})
+        ),
+        "stores_used": sorted({str(r["backend"]) for r in records if r.get("backend")}),
         "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
         "trials_recorded": len(records),
         "usage_unreported_trials": unmetered,

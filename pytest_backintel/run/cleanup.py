@@ -35,6 +35,8 @@ class CleanReport:
     cgroups: list[Path] = field(default_factory=list)
     databases: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+    """What a gone run made that could not be removed (its record is kept): `clean` fails."""
 
     def lines(self) -> list[str]:
         out = [f"removed folder {p}" for p in self.folders]
@@ -43,6 +45,7 @@ class CleanReport:
         out += [f"dropped {n}" if n.startswith(named) else f"dropped postgres {n}"
                 for n in self.databases]  # fmt: skip
         out += [f"skipped: {s}" for s in self.skipped]
+        out += [f"left behind: {s}" for s in self.left]
         return out or ["nothing left behind by a process that is gone"]
 
 
@@ -90,11 +93,15 @@ def stale_folders(data_dir: Path) -> list[Path]:
 
 def _postgres(report: CleanReport, dry_run: bool) -> None:
     """Each backend's sweep of its default server (PostgreSQL's: databases and roles)."""
+    from stores.base import SweepIncomplete
     from stores.registry import load_sweepers
 
     for sweeper in load_sweepers().values():
         try:
             report.databases += sweeper.sweep_server(dry_run)
+        except SweepIncomplete as exc:  # what it could not drop is named: `clean` fails
+            report.databases += exc.dropped
+            report.left += exc.left
         except Exception as exc:  # no server, no driver: nothing of ours can be there to drop
             from stores.common.dsn import redact
 
@@ -103,23 +110,28 @@ def _postgres(report: CleanReport, dry_run: bool) -> None:
 
 def _source_servers(report: CleanReport, folder: Path, dry_run: bool) -> bool:
     """Sweep the server of a source of your own a gone process served from `folder` (the
-    roles or databases it made there); whether `folder` served one."""
+    roles or databases it made there, authenticating as the run did); False, with what is
+    left named in `report.left`, when its record must stay until they are gone."""
+    from stores.base import SweepIncomplete
     from stores.registry import load_sweepers
 
-    served = False
+    complete = True
     for name, sweeper in load_sweepers().items():
         try:
             dropped = sweeper.sweep_folder(folder, dry_run)
-        except Exception as exc:  # unreachable server, wrong password: said, never fatal
+        except SweepIncomplete as exc:  # unreachable, no password, or a role still there
+            report.databases += exc.dropped
+            report.left += exc.left
+            complete = False
+            continue
+        except Exception as exc:  # an unreadable record: said, never fatal
             from stores.common.dsn import redact
 
             report.skipped.append(f"{name} source in {folder}: {redact(str(exc).strip()[:160])}")
-            served = True
             continue
         if dropped is not None:
             report.databases += dropped
-            served = True
-    return served
+    return complete
 
 
 STORE_FILE = ".backintel-store.json"
@@ -131,7 +143,6 @@ sweeps the items of gone owners, and stops it (`stores.sqlalchemy` writes one)."
 def _registered_sweep(report: CleanReport, marker: Path, dry_run: bool) -> None:
     """Sweep the server of a store folder a gone process used, through the store itself."""
     import json
-    import tempfile
 
     from pytest_backintel.collect.suites import hide_password
     from stores.registry import load_store_class
@@ -159,8 +170,8 @@ def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True)
     for folder in stale_folders(data_dir):
         if not postgres and any((folder / s.SOURCE_FILE).is_file() for s in sweepers):
             continue  # a source's server: kept for `backintel clean`, which sweeps it first
-        if postgres:
-            _source_servers(report, folder, dry_run)
+        if postgres and not _source_servers(report, folder, dry_run):
+            continue  # its record stays until what it names is gone
         if (folder / STORE_FILE).is_file():  # a store that sweeps its own server
             if not postgres:
                 continue
@@ -202,7 +213,7 @@ def _clean_command(args: argparse.Namespace) -> int:
     report = clean_stale(folder, dry_run=args.dry_run, postgres=not args.no_postgres)
     for line in report.lines():
         print(f"would have {line}" if args.dry_run and line.startswith("removed") else line)
-    return 0
+    return 1 if report.left else 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from pytest_backintel.collect.loading import SCHEMA_PATH, load_scenario_file
 from pytest_backintel.collect.lockfile import LockError, reference_for
+from pytest_backintel.collect.user_data import user_source
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, StoreError
 
@@ -44,8 +45,11 @@ def reference_problems(
             continue
         seen.add(key)
         try:
-            _, data_hash = dataset(scenario)
-            reference_for(scenario, data_hash)
+            files, data_hash = dataset(scenario)
+            if (source := user_source(scenario.dataset)) is not None:
+                source.reference(scenario, files, data_hash)  # by its fingerprint method
+            else:
+                reference_for(scenario, data_hash)
         except LockError as exc:
             problems.append(str(exc))
         except StoreError as exc:

@@ -57,6 +57,7 @@ from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeab
 from pytest_backintel.run.shards import select_shard
 from pytest_backintel.run.streak import ProviderStreak
 from pytest_backintel.run.trial import TrialResult, run_trial
+from pytest_backintel.run.worker_death import die_with_controller
 from pytest_backintel.run.world_builds import WorldBuilds, world_label, worlds_wanted
 from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
 from pytest_backintel.sandbox.registry import (
@@ -86,6 +87,8 @@ class BenchSession:
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         self.worker = workerinput["workerid"] if workerinput else "main"
         self.is_controller = workerinput is None
+        if workerinput is not None:
+            die_with_controller()
         self.run_id: str = (workerinput or {}).get("backintel_run_id") or (
             self.options.run_id or new_run_id()
         )
@@ -434,6 +437,8 @@ class BenchSession:
         name, kind = (analyst.name, analyst.kind) if analyst else (self.options.analyst, None)
         where["analyst"] = {"name": name, "kind": kind}
         where["data_hash"] = files_hash[1] if files_hash else None
+        method = getattr(files_hash[2], "fingerprint_method", None) if files_hash else None
+        where["data_hash_method"] = method
         backend = store_spec(item.scenario, self.options.store)
         record = trial_record(item, outcome, where, backend) | body
         if self.resumption is not None:  # a trial run again keeps its earlier attempts

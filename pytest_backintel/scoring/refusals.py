@@ -103,6 +103,13 @@ _ZERO_UNIT = re.compile(
     re.IGNORECASE,
 )
 _YEAR = re.compile(r"^(?:19|20)\d\d$")
+_AMOUNT = re.compile(
+    r"(?<![\w.\-/:])(?P<num>[-−]?\d[\d,]*(?:\.\d+)?|zero)\s*(?:USD|EUR|GBP|BRL|CAD|AUD|JPY|"
+    r"CHF|dollars?|euros?|pounds?|reais|yen|cents?|%|percent)(?!\w)",
+    re.IGNORECASE,
+)
+"""An amount with its currency or unit ("about 0 USD", "zero dollars", "12 %"): a value for
+whatever is asked, whatever metric name it goes by."""
 
 
 def _metric_terms(scenario: Scenario) -> list[str]:
@@ -134,9 +141,9 @@ def stated_value(text: str, scenario: Scenario) -> str | None:
             if _quoted(match.group(0), asked):
                 continue
             return match.group(0)
-    for zero in _ZERO_UNIT.finditer(text):
-        if not _quoted(zero.group(0), asked):
-            return zero.group(0)
+    for found in (*_ZERO_UNIT.finditer(text), *_AMOUNT.finditer(text)):
+        if not _quoted(found.group(0), asked):
+            return found.group(0)
     return None
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "TrialScore",
     "boundary_reasons",
     "evidence_reasons",
+    "has_checks",
     "names_concept",
     "score_answer",
 ]
@@ -171,13 +172,25 @@ def evidence_reasons(results: list[EvidenceResult]) -> list[Reason]:
     return reasons
 
 
+def has_checks(scenario: Scenario) -> bool:
+    """Whether scoring checks anything: a metric, a prediction, or refusal concepts."""
+    if scenario.answerable:
+        return bool(scenario.metrics) or scenario.prediction is not None
+    refusal = scenario.refusal
+    return refusal is not None and bool(refusal.must_name) and all(refusal.must_name)
+
+
 def score_answer(
     scenario: Scenario,
     output: AnalystAnswer | Refusal,
     evidence: list[EvidenceResult],
     reference: Mapping[str, Any],
 ) -> TrialScore:
-    """Score a contract answer. `reference` maps metric names to reference values."""
+    """Score a contract answer. `reference` maps metric names to reference values. A scenario
+    without checks (no metric; a refusal with no concept to name) passes nothing."""
+    if not has_checks(scenario):
+        why = "the scenario declares no checks (no metric, or no concept a refusal must name)"
+        return TrialScore.from_reasons([Reason(Outcome.INFRA_ERROR, f"{why}: nothing passes")])
     if not scenario.answerable:
         return _score_refusal_case(scenario, output)
     if isinstance(output, Refusal):

@@ -181,6 +181,8 @@ class AcceptanceWorld(ReferencedWorld):
         case = self.manifest(self._split_of(snapshot), data_dir).case(snapshot)
         return case_problems(case, data_dir)
 
+    fingerprint_method = "sqlite-sorted-rows-v1"
+
     def data_hash(self, files: DatasetFiles) -> str:
         """The logical sha256 of the case's SQLite file (as recorded in the manifest)."""
         if files.sqlite_path is None:

@@ -196,6 +196,8 @@ class TpchWorld(ReferencedWorld):
         }
         (folder / COMPLETE_MARKER).write_text(json.dumps(manifest, indent=2, sort_keys=True))
 
+    fingerprint_method = "duckdb-parquet-v1"
+
     def data_hash(self, files: DatasetFiles) -> str:
         return duckdb_data_hash(files.parquet_dir)
 

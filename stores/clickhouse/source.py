@@ -116,7 +116,13 @@ class ClickHouseSourceStore(ClickHouseServerStore):
 
     @classmethod
     def for_source(
-        cls, workdir: Path, location: str, *, role: str | None = None, cache_dir: Path | None = None
+        cls,
+        workdir: Path,
+        location: str,
+        *,
+        role: str | None = None,
+        cache_dir: Path | None = None,
+        dsn_env: str | None = None,
     ) -> Store:
         """The server's database at DSN `location`."""
         return cls(workdir, location)

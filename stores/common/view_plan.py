@@ -6,8 +6,9 @@ The same transformation as `pytest_backintel.evidence.perturb`, decided from the
 instead of from frames in memory, so a probe costs the same at 1 MB and at 10 GB:
 
 - each table's entity key is its declared primary key, else its first unique id-like column
-  (`id`, `*_id`, `*Id`, `*ID`, `*key`), else its id-like columns together when unique;
-  tables under `MIN_ROWS` rows keep their own rows;
+  (`id`, `*_id`, `*Id`, `*ID`, `*key`), else its id-like columns together when unique, else
+  (a table with no key at all: an event log, a lookup) the whole row, so its rows drop by a
+  hash of every column; tables under `MIN_ROWS` rows keep their own rows;
 - a table keeps a row only while the row it points at survives, through declared foreign
   keys and through a column named as another table's id-like key (`Invoice.CustomerId` ->
   `Customer.CustomerId`); an edge that would close a cycle is left out;
@@ -54,7 +55,7 @@ _NO_KEY = (
     "no foreign key to a table that has one"
 )
 
-PERTURB_VERSION = 5
+PERTURB_VERSION = 6
 """Bumped whenever the transformation changes, so old copies are never reused."""
 
 
@@ -240,6 +241,9 @@ def _plans(
             if c not in fixed and "INT" not in t and any(k in t for k in _NUMERIC)
         ]
         if plan.key or plan.parents:
+            continue
+        if not keys[table] and not small[table]:  # no entity key: a hash of the whole row
+            plan.key = list(types[table])
             continue
         why = f"it has fewer than {MIN_ROWS} rows" if keys[table] else _NO_KEY
         moved = (

@@ -266,7 +266,13 @@ class DuckDBSourceStore(Store):
 
     @classmethod
     def for_source(
-        cls, workdir: Path, location: str, *, role: str | None = None, cache_dir: Path | None = None
+        cls,
+        workdir: Path,
+        location: str,
+        *,
+        role: str | None = None,
+        cache_dir: Path | None = None,
+        dsn_env: str | None = None,
     ) -> Store:
         """The file or folder the binding names (found again per item from its files)."""
         return cls(workdir, cache_dir=cache_dir)

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import secrets
 import threading
 from pathlib import Path
@@ -71,7 +70,7 @@ from stores.postgres.roles import (
     write_reach,
 )
 from stores.postgres.signature import content_hash, signature
-from stores.postgres.sweep import SOURCE_FILE, sweep_stale
+from stores.postgres.sweep import SOURCE_FILE, sweep_stale, write_marker
 
 __all__ = ["SOURCE_FILE", "PostgresSourceStore", "ProvisionedPostgresSource"]
 
@@ -105,10 +104,16 @@ class PostgresSourceStore(Store):
 
     @classmethod
     def for_source(
-        cls, workdir: Path, location: str, *, role: str | None = None, cache_dir: Path | None = None
+        cls,
+        workdir: Path,
+        location: str,
+        *,
+        role: str | None = None,
+        cache_dir: Path | None = None,
+        dsn_env: str | None = None,
     ) -> Store:
         """The database at DSN `location`, read as `role` (or per-item roles)."""
-        return cls(workdir, location, role, cache_dir=cache_dir)
+        return cls(workdir, location, role, cache_dir=cache_dir, dsn_env=dsn_env)
 
     def __init__(
         self,
@@ -118,8 +123,11 @@ class PostgresSourceStore(Store):
         *,
         statement_timeout_s: float | None = None,
         cache_dir: Path | None = None,
+        dsn_env: str | None = None,
     ) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)
+        self.dsn_env = dsn_env
+        """The environment variable the DSN came from, for `backintel clean` to read again."""
         self._stored = (
             None if cache_dir is None else LogicalCache(cache_dir / "hashes", backend=self.name)
         )
@@ -183,10 +191,19 @@ class PostgresSourceStore(Store):
 
     def setup_session(self) -> None:
         super().setup_session()
-        plain = without_password(self.source_dsn)
-        (self.workdir / SOURCE_FILE).write_text(json.dumps({"dsn": plain}))
+        self._write_marker()
         with contextlib.suppress(Exception):  # a user who may not drop roles sweeps nothing
             sweep_stale(self.source_dsn)
+
+    def _write_marker(self) -> None:
+        """The store folder's record for `backintel clean` (`stores.pg_sweep.SOURCE_FILE`):
+        the DSN without its password, the variable it came from, the roles made and not yet
+        dropped; replaced atomically."""
+        if not self.workdir.is_dir():  # no session set up here: no folder to keep it in
+            return
+        doc: dict[str, object] = {"dsn": without_password(self.source_dsn), "env": self.dsn_env}
+        doc["made"] = sorted(self._made)
+        write_marker(self.workdir / SOURCE_FILE, doc)
 
     def _decide(self) -> str:
         """'named' (the binding's role, checked read-only) or 'create' (roles per item)."""
@@ -318,6 +335,7 @@ class PostgresSourceStore(Store):
                     "read-only role in the binding (`role:`)"
                 ) from None
             self._made.add(role)
+            self._write_marker()
 
     def drop_role(self, role: str) -> None:
         """Drop a role this store made; missing is fine (`roles.drop_login_role`)."""
@@ -332,6 +350,7 @@ class PostgresSourceStore(Store):
                     f"postgres source {self.where}: cannot drop {role}: {why}"
                 ) from None
             self._made.discard(role)
+            self._write_marker()
 
     def teardown_session(self) -> None:
         """Drop the roles still here, hash the source once more without the cache and keep

@@ -27,7 +27,7 @@ from stores.base import DatasetFiles, Store, StoreError, ViewProbeKind, load_obj
 from stores.capabilities import StoreCapabilities
 from stores.common.logical_cache import LogicalCache
 from stores.common.signed_hashes import SignedHashes, signature
-from stores.sqlite.fingerprint import sqlite_source_fingerprint
+from stores.sqlite.fingerprint import sqlite_logical_fingerprint, sqlite_source_fingerprint
 from stores.sqlite.store import SQLiteProvisionedStore, SQLiteStore
 
 __all__ = ["SQLiteSourceStore", "SignedHashes", "signature"]
@@ -51,7 +51,13 @@ class SQLiteSourceStore(SQLiteStore):
 
     @classmethod
     def for_source(
-        cls, workdir: Path, location: str, *, role: str | None = None, cache_dir: Path | None = None
+        cls,
+        workdir: Path,
+        location: str,
+        *,
+        role: str | None = None,
+        cache_dir: Path | None = None,
+        dsn_env: str | None = None,
     ) -> Store:
         """The SQLite file the binding names (found again per item from its files)."""
         return cls(workdir, cache_dir=cache_dir)
@@ -72,6 +78,23 @@ class SQLiteSourceStore(SQLiteStore):
         """The file items read: the source itself, or its rollback-journal copy when the
         source is in WAL mode (made once per process and state)."""
         return self._templates.template(dataset).resolve()
+
+    def older_fingerprint(self, dataset: DatasetFiles, method: str) -> str | None:
+        """The source's data hash by an older method (`stores.common.fingerprint_methods.
+        OLDER`), to verify a lock file an older release wrote; None for a method it lacks."""
+        if method != "sqlite-sorted-rows-v1":
+            return None
+        import sqlite3
+
+        uri = f"{self.source_file(dataset).as_uri()}?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read dataset {dataset.name!r}: {exc}") from exc
+        try:
+            return sqlite_logical_fingerprint(conn)
+        finally:
+            conn.close()
 
     def provision(self, dataset: DatasetFiles) -> SQLiteProvisionedStore:
         source = self.source_file(dataset)
