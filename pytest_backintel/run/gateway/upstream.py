@@ -113,18 +113,17 @@ class Upstream:
                 f"model {model!r}: the gateway forwards to {known} models, or to any "
                 "OpenAI-compatible server given by --model-base-url"
             )
-        key = env.get(provider.key_env)
-        if not key:
+        secret = env.get(provider.key_env)
+        if not secret:
             raise GatewayConfigError(
                 f"model {model!r}: set {provider.key_env} (the harness's environment only; "
                 "the agent never sees it)"
             )
         root = ((provider.base_env and env.get(provider.base_env)) or provider.base_url).rstrip("/")
         urls = {api: root + _PATHS[api] for api in provider.apis}
+        headers = {"authorization": f"Bearer {secret}"}
         if provider.anthropic_auth:
-            headers = {"x-api-key": key, "authorization": f"Bearer {key}"}
-        else:
-            headers = {"authorization": f"Bearer {key}"}
+            headers["x-api-key"] = secret
         return cls(model, rest, urls, headers)
 
     def url(self, api: Api) -> str | None:
