@@ -31,6 +31,18 @@ _ARG_CHARS = 20_000
 """The most characters of one argument kept in a call's record."""
 
 
+def _tracer() -> trace.Tracer:
+    """The harness's tracer when it instruments agents (so the calls land in the run's
+    traces), else the global one."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    settings = Agent._instrument_default
+    if isinstance(settings, InstrumentationSettings):
+        return settings.tracer
+    return trace.get_tracer("backintel.mcp")
+
+
 class _Ctx:
     """What `analyst.tools` reads of a Pydantic AI `RunContext`: the deps and a call id."""
 
@@ -65,7 +77,7 @@ class TrialTools:
         self.infra_error: str | None = None
         self.closed = False
         self._started = time.perf_counter()
-        self._tracer = trace.get_tracer("backintel.mcp")
+        self._tracer = _tracer()
         self.parent_context: Any = None
         """The OpenTelemetry context of the trial's span, so each call is a child of it."""
         instructions = f"{question}\n\n{rules}".strip()

@@ -2,7 +2,7 @@
 SDK), run by the harness as `--analyst cmd:"python mcp_agent.py"`.
 
 It reads `plan.json` beside it: `mode` and, per question, the SQL and metric units a
-reference-level analyst would use. Modes: reference (answers through the submit tool),
+reference-level analyst would use (`modes` may set a mode per question). Modes: reference (answers through the submit tool),
 stdout (prints the contract object), hostile (tries to read what it must not, then answers
 with what it read), sigkill, hang, silent (exits without answering), twice (answers twice),
 after (calls a tool after answering), malformed (prints a broken answer), crash.
@@ -91,9 +91,13 @@ async def _one_call(url: str, tool: str, args: dict[str, Any], token: str | None
         return "".join(getattr(c, "text", "") for c in result.content)
 
 
+QUESTION = os.environ["BACKINTEL_QUESTION"]
+MODE = PLAN.get("modes", {}).get(QUESTION, PLAN["mode"])
+
+
 async def main(read: list[str]) -> None:
-    mode = PLAN["mode"]
-    url, question = os.environ["BACKINTEL_MCP_URL"], os.environ["BACKINTEL_QUESTION"]
+    mode = MODE
+    url, question = os.environ["BACKINTEL_MCP_URL"], QUESTION
     if mode == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "hang":
@@ -132,7 +136,7 @@ async def main(read: list[str]) -> None:
             print(await call("list_tables"), file=sys.stderr)
 
 
-if PLAN["mode"] == "hostile":
+if MODE == "hostile":
     asyncio.run(main(_hostile(os.environ["BACKINTEL_MCP_URL"])))
 else:
     asyncio.run(main([]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import secrets
 import socket
 import threading
@@ -88,7 +89,13 @@ class TrialServer:
     """The MCP server of one trial (`start`, then `url`, `token`, `socket_path`; `close`)."""
 
     def __init__(
-        self, tools: TrialTools, trial_id: str, socket_dir: Path | None, *, tcp: bool = True
+        self,
+        tools: TrialTools,
+        trial_id: str,
+        socket_dir: Path | None,
+        *,
+        tcp: bool = True,
+        port: int = 0,
     ) -> None:
         self.tools = tools
         self.trial_id = trial_id
@@ -97,6 +104,7 @@ class TrialServer:
         self.socket_path = socket_dir / "mcp.sock" if socket_dir is not None else None
         self.refused: list[dict[str, Any]] = []
         self._tcp = tcp
+        self._want_port = port
         self.port: int | None = None
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Future[Any] | None = None
@@ -116,7 +124,7 @@ class TrialServer:
         if self._tcp:
             tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            tcp.bind(("127.0.0.1", 0))
+            tcp.bind(("127.0.0.1", self._want_port))
             self.port = tcp.getsockname()[1]
             made.append(tcp)
         for sock in made:
@@ -125,6 +133,7 @@ class TrialServer:
         return made
 
     def start(self) -> TrialServer:
+        logging.getLogger("mcp").setLevel(logging.WARNING)  # no line per session to the console
         app = self.tools.server.streamable_http_app(
             streamable_http_path=self.path, stateless_http=True, json_response=True
         )
