@@ -26,6 +26,7 @@ from pytest_backintel.collect.manifests import find_manifest_case
 from pytest_backintel.collect.worlds import data_dir, get_world
 from pytest_backintel.contract import parse_answer
 from pytest_backintel.run.cleanup import register as register_clean
+from pytest_backintel.run.external.serve import register as register_serve_tools
 from pytest_backintel.run.merge import register as register_merge
 from pytest_backintel.scenario import Scenario
 
@@ -348,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_freeze_check)
     register_clean(sub)
     register_merge(sub)
+    register_serve_tools(sub)
     for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
         command.load()(sub, {"data": data, "references": refs})
     return parser

@@ -21,7 +21,13 @@ import pytest
 
 from pytest_backintel import __version__
 from pytest_backintel.analyst_api import AnalystLimits
-from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, analyst_label, spec_kind
+from pytest_backintel.options import (
+    CALIBRATION_ANALYSTS,
+    UNSAFE_AGENT,
+    BenchOptions,
+    analyst_label,
+    spec_kind,
+)
 from pytest_backintel.records.attempts import retried
 from pytest_backintel.records.method_hash import analyst_method_hash, model_api_of
 from pytest_backintel.records.parts import read_shard, record_resumption
@@ -146,6 +152,7 @@ def run_header(
             "calibration": opts.analyst in CALIBRATION_ANALYSTS,
             "kind": spec_kind(opts.analyst),
             "label": analyst_label(opts.analyst) or "model under test",
+            **({"unsafe": UNSAFE_AGENT} if opts.analyst_unsandboxed else {}),
         },
         "model": opts.model,
         "model_base_url": opts.model_base_url,

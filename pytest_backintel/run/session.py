@@ -132,6 +132,7 @@ class BenchSession:
             self._analyst = load_analyst(
                 opts.analyst,
                 AnalystConfig(opts.model, opts.model_base_url, opts.limits, opts.max_connections),
+                unsandboxed=opts.analyst_unsandboxed,
             )
         return self._analyst
 

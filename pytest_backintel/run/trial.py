@@ -33,6 +33,7 @@ from pytest_backintel.evidence.reexecute import (
     reexecute,
 )
 from pytest_backintel.evidence.values import jsonable
+from pytest_backintel.options import UNSAFE_AGENT
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records.writer import NO_USAGE_TRIAL
 from pytest_backintel.run.scope import observed_reads
@@ -112,7 +113,17 @@ class TrialResult:
             "latency_s": round(self.latency_s, 4),
             "fingerprint_before": self.fingerprint_before,
             "fingerprint_after": self.fingerprint_after,
+            **_external(run),
         }
+
+
+def _external(run: AnalystRun | None) -> dict[str, Any]:
+    """An external agent's observed facts (`AnalystRun.observed`), for its record only."""
+    if run is None or run.observed is None:
+        return {}
+    usage_source = run.observed.get("usage_source", "none")
+    unsafe = {} if run.observed.get("sandboxed", True) else {"unsafe": UNSAFE_AGENT}
+    return {"external": run.observed, "usage_source": usage_source, **unsafe}
 
 
 def calibration_key(scenario: Scenario, dialect: str = SOURCE_DIALECT) -> CalibrationKey:
