@@ -17,7 +17,15 @@ from typing import Any, Literal
 
 from pytest_backintel.testing.model_script import Step, completion_body, user_prompt
 
-__all__ = ["Api", "api_of", "conversation", "reply_body", "reply_events", "sse"]
+__all__ = [
+    "Api",
+    "api_of",
+    "conversation",
+    "last_tool_output",
+    "reply_body",
+    "reply_events",
+    "sse",
+]
 
 Api = Literal["chat", "responses", "messages"]
 
@@ -77,6 +85,45 @@ def conversation(api: Api, request: Mapping[str, Any]) -> tuple[str, int, list[s
     else:
         tools = [str(t.get("function", {}).get("name", "")) for t in request.get("tools") or []]
     return user_prompt(messages), index, tools
+
+
+def _texts(value: Any) -> list[str]:
+    """The text inside a tool result as a framework sent it: a string (perhaps JSON of MCP
+    content blocks), or content parts with `text`."""
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return [value]
+        return _texts(decoded) if isinstance(decoded, dict | list) else [value]
+    if isinstance(value, list):
+        return [t for part in value for t in _texts(part)]
+    if isinstance(value, dict):
+        for key in ("text", "content", "output", "result"):
+            if key in value:
+                return _texts(value[key])
+    return []
+
+
+def last_tool_output(api: Api, request: Mapping[str, Any]) -> str:
+    """The text of the last tool result in a request ('' when there is none)."""
+    found: Any = None
+    if api == "responses":
+        items = request.get("input")
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict) and item.get("type") == "function_call_output":
+                found = item.get("output")
+    elif api == "chat":
+        for message in request.get("messages") or []:
+            if isinstance(message, dict) and message.get("role") == "tool":
+                found = message.get("content")
+    else:
+        for message in request.get("messages") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    found = block.get("content")
+    return "\n".join(_texts(found))
 
 
 def _arguments(args: Mapping[str, Any] | str) -> str:

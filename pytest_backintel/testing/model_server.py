@@ -18,7 +18,9 @@ answers). `unused_url()` gives a base URL where nothing listens (a refused conne
 From the command line, `python -m pytest_backintel.testing.model_server --scripts F.json
 [--port N]` prints its base URL and serves until interrupted. The JSON maps a question
 substring to turns: `{"call": tool, "args": {...}}`, `{"answer": {metrics, evidence, method}}`,
-`{"refusal": {missing, explanation}}` or `{"prose": text}`, each with optional `usage`
+`{"answer_from_result": {metrics: [{name, unit}], evidence, tool?}}` (the values read from the
+last tool result), `{"refusal": {missing, explanation}}` or `{"prose": text}`, each with
+optional `usage`
 (`[prompt, completion]`, or null) and `delay_s`.
 """
 
@@ -42,6 +44,7 @@ from pytest_backintel.testing.model_formats import (
     Api,
     api_of,
     conversation,
+    last_tool_output,
     reply_body,
     reply_events,
 )
@@ -149,7 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
             error = {"message": f"test server: {seen.reply} for this conversation (step {index})"}
             self._send(400, {"error": error | {"type": "invalid_request_error"}})
             return
-        step = script.steps[index]
+        step = script.steps[index].filled(last_tool_output(api, request))
         if attempt < len(step.failures):
             self._fail(step.failures[attempt], seen)
             return
