@@ -2,9 +2,9 @@
 SDK), run by the harness as `--analyst cmd:"python mcp_agent.py"`.
 
 It reads `plan.json` beside it: `mode` and, per question, the SQL and metric units a
-reference-level analyst would use (`modes` may set a mode per question). Modes: reference (answers through the submit tool),
-stdout (prints the contract object), hostile (tries to read what it must not, then answers
-with what it read), sigkill, hang, silent (exits without answering), twice (answers twice),
+reference-level analyst would use (`modes` may set a mode per question). Modes: reference
+(answers through the submit tool), stdout (prints the contract object), hostile (tries to
+read what it must not, then answers with what it read), sigkill, hang, silent (exits without answering), twice (answers twice),
 after (calls a tool after answering), malformed (prints a broken answer), crash.
 """
 
@@ -65,14 +65,14 @@ def _hostile(url: str) -> list[str]:
         lines.append(
             _probe(
                 f"connect {host}:{port}",
-                lambda h=host, p=port: socket.create_connection((h, p), timeout=2).close() or "open",
+                lambda h=host, p=port: (
+                    socket.create_connection((h, p), timeout=2).close() or "open"
+                ),
             )
         )
     other = url.replace(os.environ["BACKINTEL_TRIAL"], "0123456789abcdef")
     lines.append(_probe("another trial's path", lambda: _sync_call(other, "list_tables", {})))
-    lines.append(
-        _probe("no token", lambda: _sync_call(url, "list_tables", {}, token=""))
-    )
+    lines.append(_probe("no token", lambda: _sync_call(url, "list_tables", {}, token="")))
     return lines
 
 
@@ -83,9 +83,11 @@ def _sync_call(url: str, tool: str, args: dict[str, Any], token: str | None = No
 async def _one_call(url: str, tool: str, args: dict[str, Any], token: str | None) -> str:
     token = os.environ["BACKINTEL_MCP_TOKEN"] if token is None else token
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with httpx2.AsyncClient(headers=headers) as http, streamable_http_client(
-        url, http_client=http
-    ) as streams, ClientSession(*streams[:2]) as session:
+    async with (
+        httpx2.AsyncClient(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as streams,
+        ClientSession(*streams[:2]) as session,
+    ):
         await session.initialize()
         result = await session.call_tool(tool, args)
         return "".join(getattr(c, "text", "") for c in result.content)
@@ -110,9 +112,11 @@ async def main(read: list[str]) -> None:
         print('{"status": "answered", "metrics": "forty-two"}')
         return
     headers = {"Authorization": f"Bearer {os.environ['BACKINTEL_MCP_TOKEN']}"}
-    async with httpx2.AsyncClient(headers=headers) as http, streamable_http_client(
-        url, http_client=http
-    ) as streams, ClientSession(*streams[:2]) as session:
+    async with (
+        httpx2.AsyncClient(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as streams,
+        ClientSession(*streams[:2]) as session,
+    ):
         await session.initialize()
 
         async def call(tool: str, **args: Any) -> str:
