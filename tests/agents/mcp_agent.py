@@ -4,8 +4,9 @@ SDK), run by the harness as `--analyst cmd:"python mcp_agent.py"`.
 It reads `plan.json` beside it: `mode` and, per question, the SQL and metric units a
 reference-level analyst would use (`modes` may set a mode per question). Modes: reference
 (answers through the submit tool), stdout (prints the contract object), hostile (tries to
-read what it must not, then answers with what it read), sigkill, hang, silent (exits without answering), twice (answers twice),
-after (calls a tool after answering), malformed (prints a broken answer), crash.
+read what it must not, then answers with what it read), sigkill, hang, silent (exits
+without answering), twice (answers twice), after (calls a tool after answering),
+malformed (prints a broken answer), crash.
 """
 
 from __future__ import annotations
