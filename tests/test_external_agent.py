@@ -13,6 +13,7 @@ import yaml
 
 from pytest_backintel.collect.loading import DEFINITIONS_DIR
 from pytest_backintel.sandbox.bwrap import find_bwrap
+from pytest_backintel.testing.model_server import ModelServer, Step
 
 AGENT = Path(__file__).parent / "agents" / "mcp_agent.py"
 SCENARIOS = [
@@ -205,6 +206,25 @@ def test_a_hostile_agent_reads_nothing_it_is_measured_against(
     refused = {r["reason"] for r in record["external"]["refused_requests"]}
     assert refused == {"not this trial's path", "no bearer token"}
     assert [c["tool"] for c in record["tool_calls"]].count("list_tables") == 1
+
+
+def test_the_agents_model_requests_are_measured_by_the_gateway(
+    pytester: pytest.Pytester, tmp_path: Path, model_server: ModelServer
+) -> None:
+    model_server.script("", [Step.prose("count the item rows", usage=(321, 17))])
+    folder = agent_folder(tmp_path, "model")
+    model = ("--model", "openai:qwen3", "--model-base-url", model_server.url)
+    outcome, records = run(pytester, folder, SCENARIOS[:1], *model, "--record")
+    outcome.assert_outcomes(passed=1)
+    (record,) = records
+    assert record["usage_source"] == "gateway"
+    assert record["usage"]["requests"] == 1
+    assert (record["usage"]["input_tokens"], record["usage"]["output_tokens"]) == (321, 17)
+    assert "model said: count the item rows" in record["external"]["stderr_tail"]
+    assert "sk-" not in json.dumps(record)  # no provider key anywhere
+    cassettes = pytester.path / "results" / "r" / "cassettes" / "l1-item-grain"
+    (exchange,) = json.loads((cassettes / "t1.exchanges.json").read_text())
+    assert "count the item rows" in json.dumps(exchange)
 
 
 def test_an_unsandboxed_agent_is_labelled_unsafe_everywhere(

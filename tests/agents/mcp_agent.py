@@ -6,7 +6,8 @@ reference-level analyst would use (`modes` may set a mode per question). Modes: 
 (answers through the submit tool), stdout (prints the contract object), hostile (tries to
 read what it must not, then answers with what it read), sigkill, hang, silent (exits
 without answering), twice (answers twice), after (calls a tool after answering),
-malformed (prints a broken answer), crash.
+malformed (prints a broken answer), crash, model (asks its model once through the gateway
+at OPENAI_BASE_URL, then answers as reference).
 """
 
 from __future__ import annotations
@@ -112,6 +113,14 @@ async def main(read: list[str]) -> None:
     if mode == "malformed":
         print('{"status": "answered", "metrics": "forty-two"}')
         return
+    if mode == "model":
+        import openai
+
+        client = openai.OpenAI(max_retries=0)  # OPENAI_BASE_URL and the trial key: the gateway
+        reply = client.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": question}]
+        )
+        print(f"model said: {reply.choices[0].message.content}", file=sys.stderr)
     headers = {"Authorization": f"Bearer {os.environ['BACKINTEL_MCP_TOKEN']}"}
     async with (
         httpx2.AsyncClient(headers=headers) as http,
