@@ -13,6 +13,7 @@ import yaml
 
 from pytest_backintel.collect.loading import DEFINITIONS_DIR
 from pytest_backintel.sandbox.bwrap import find_bwrap
+from pytest_backintel.testing.model_server import ModelServer, Step
 
 AGENT = Path(__file__).parent / "agents" / "mcp_agent.py"
 SCENARIOS = [
@@ -94,7 +95,8 @@ def test_an_external_agent_answers_three_levels_through_the_mcp_tools(
         assert record["usage"]["input_tokens"] is None
         assert record["external"]["sandboxed"] is True
         assert record["external"]["answered_by"] == "tool"
-        assert record["evidence"] and all(e["reproduced"] for e in record["evidence"])
+        assert record["evidence"]
+        assert all(e["reproduced"] for e in record["evidence"])
         assert "unsafe" not in record
     spans = (pytester.path / "results" / "r" / "traces.jsonl").read_text()
     assert spans.count('"mcp tool run_sql"') == 3
@@ -112,7 +114,7 @@ def test_an_answer_printed_on_stdout_is_scored_and_a_wrong_one_fails(
     folder = agent_folder(tmp_path, "stdout")
     plan = json.loads((folder / "plan.json").read_text())
     (folder / "plan.json").write_text(json.dumps({**plan, "questions": questions}))
-    outcome, records = run(pytester, folder, SCENARIOS[:2])
+    _outcome, records = run(pytester, folder, SCENARIOS[:2])
     found = by_scenario(records)
     assert found["l2-average-order-value-2018"]["outcome"] == "pass"
     assert found["l2-average-order-value-2018"]["external"]["answered_by"] == "stdout"
@@ -128,24 +130,28 @@ def test_every_way_an_agent_ends_is_recorded_and_resume_finishes_the_run(
     # stopped after the first failure: the run is unfinished
     _, first = run(pytester, folder, SCENARIOS, "--analyst-timeout", "10", "--maxfail", "1")
     assert [r["scenario_id"] for r in first] == ["l1-item-grain"]
-    outcome, records = run(pytester, folder, SCENARIOS, "--analyst-timeout", "10", "--resume", "r")
+    _outcome, records = run(pytester, folder, SCENARIOS, "--analyst-timeout", "10", "--resume", "r")
     found = by_scenario(records)
     assert len(records) == len(SCENARIOS)
     killed = found["l1-item-grain"]
     assert killed["outcome"] == "analyst_error"
     assert "killed by signal 9" in killed["analyst_error"]
     hung = found["l2-average-order-value-2018"]
-    assert hung["outcome"] == "timeout" and hung["external"]["limit_hit"] == "wall_time"
+    assert hung["outcome"] == "timeout"
+    assert hung["external"]["limit_hit"] == "wall_time"
     silent = found["l3-delivered-without-review"]
     assert silent["outcome"] == "analyst_error"
     assert "exited without an answer" in silent["analyst_error"]
     twice = found["l3-delivered-missing-timestamp"]
-    assert twice["outcome"] == "analyst_error" and "twice" in twice["analyst_error"]
-    assert twice["tool_calls"][-1]["second_answer"] and twice["tool_calls"][-1]["refused"]
+    assert twice["outcome"] == "analyst_error"
+    assert "twice" in twice["analyst_error"]
+    assert twice["tool_calls"][-1]["second_answer"]
+    assert twice["tool_calls"][-1]["refused"]
     after = found["l2-category-grain-2018"]
     assert after["outcome"] == "pass"  # the answer stands; the late call is refused, recorded
     assert after["tool_calls"][-1]["tool"] == "list_tables"
-    assert after["tool_calls"][-1]["after_answer"] and after["external"]["calls_after_answer"] == 1
+    assert after["tool_calls"][-1]["after_answer"]
+    assert after["external"]["calls_after_answer"] == 1
 
 
 def test_a_crash_and_a_malformed_answer_are_analyst_errors_with_the_stderr_tail(
@@ -200,6 +206,25 @@ def test_a_hostile_agent_reads_nothing_it_is_measured_against(
     refused = {r["reason"] for r in record["external"]["refused_requests"]}
     assert refused == {"not this trial's path", "no bearer token"}
     assert [c["tool"] for c in record["tool_calls"]].count("list_tables") == 1
+
+
+def test_the_agents_model_requests_are_measured_by_the_gateway(
+    pytester: pytest.Pytester, tmp_path: Path, model_server: ModelServer
+) -> None:
+    model_server.script("", [Step.prose("count the item rows", usage=(321, 17))])
+    folder = agent_folder(tmp_path, "model")
+    model = ("--model", "openai:qwen3", "--model-base-url", model_server.url)
+    outcome, records = run(pytester, folder, SCENARIOS[:1], *model, "--record")
+    outcome.assert_outcomes(passed=1)
+    (record,) = records
+    assert record["usage_source"] == "gateway"
+    assert record["usage"]["requests"] == 1
+    assert (record["usage"]["input_tokens"], record["usage"]["output_tokens"]) == (321, 17)
+    assert "model said: count the item rows" in record["external"]["stderr_tail"]
+    assert "sk-" not in json.dumps(record)  # no provider key anywhere
+    cassettes = pytester.path / "results" / "r" / "cassettes" / "l1-item-grain"
+    (exchange,) = json.loads((cassettes / "t1.exchanges.json").read_text())
+    assert "count the item rows" in json.dumps(exchange)
 
 
 def test_an_unsandboxed_agent_is_labelled_unsafe_everywhere(

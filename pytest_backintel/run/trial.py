@@ -123,7 +123,8 @@ def _external(run: AnalystRun | None) -> dict[str, Any]:
         return {}
     usage_source = run.observed.get("usage_source", "none")
     unsafe = {} if run.observed.get("sandboxed", True) else {"unsafe": UNSAFE_AGENT}
-    return {"external": run.observed, "usage_source": usage_source, **unsafe}
+    observed = {k: v for k, v in run.observed.items() if k != "exchanges"}
+    return {"external": observed, "usage_source": usage_source, **unsafe}
 
 
 def calibration_key(scenario: Scenario, dialect: str = SOURCE_DIALECT) -> CalibrationKey:

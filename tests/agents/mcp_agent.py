@@ -2,10 +2,12 @@
 SDK), run by the harness as `--analyst cmd:"python mcp_agent.py"`.
 
 It reads `plan.json` beside it: `mode` and, per question, the SQL and metric units a
-reference-level analyst would use (`modes` may set a mode per question). Modes: reference (answers through the submit tool),
-stdout (prints the contract object), hostile (tries to read what it must not, then answers
-with what it read), sigkill, hang, silent (exits without answering), twice (answers twice),
-after (calls a tool after answering), malformed (prints a broken answer), crash.
+reference-level analyst would use (`modes` may set a mode per question). Modes: reference
+(answers through the submit tool), stdout (prints the contract object), hostile (tries to
+read what it must not, then answers with what it read), sigkill, hang, silent (exits
+without answering), twice (answers twice), after (calls a tool after answering),
+malformed (prints a broken answer), crash, model (asks its model once through the gateway
+at OPENAI_BASE_URL, then answers as reference).
 """
 
 from __future__ import annotations
@@ -65,14 +67,14 @@ def _hostile(url: str) -> list[str]:
         lines.append(
             _probe(
                 f"connect {host}:{port}",
-                lambda h=host, p=port: socket.create_connection((h, p), timeout=2).close() or "open",
+                lambda h=host, p=port: (
+                    socket.create_connection((h, p), timeout=2).close() or "open"
+                ),
             )
         )
     other = url.replace(os.environ["BACKINTEL_TRIAL"], "0123456789abcdef")
     lines.append(_probe("another trial's path", lambda: _sync_call(other, "list_tables", {})))
-    lines.append(
-        _probe("no token", lambda: _sync_call(url, "list_tables", {}, token=""))
-    )
+    lines.append(_probe("no token", lambda: _sync_call(url, "list_tables", {}, token="")))
     return lines
 
 
@@ -83,9 +85,11 @@ def _sync_call(url: str, tool: str, args: dict[str, Any], token: str | None = No
 async def _one_call(url: str, tool: str, args: dict[str, Any], token: str | None) -> str:
     token = os.environ["BACKINTEL_MCP_TOKEN"] if token is None else token
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with httpx2.AsyncClient(headers=headers) as http, streamable_http_client(
-        url, http_client=http
-    ) as streams, ClientSession(*streams[:2]) as session:
+    async with (
+        httpx2.AsyncClient(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as streams,
+        ClientSession(*streams[:2]) as session,
+    ):
         await session.initialize()
         result = await session.call_tool(tool, args)
         return "".join(getattr(c, "text", "") for c in result.content)
@@ -109,10 +113,20 @@ async def main(read: list[str]) -> None:
     if mode == "malformed":
         print('{"status": "answered", "metrics": "forty-two"}')
         return
+    if mode == "model":
+        import openai
+
+        client = openai.OpenAI(max_retries=0)  # OPENAI_BASE_URL and the trial key: the gateway
+        reply = client.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": question}]
+        )
+        print(f"model said: {reply.choices[0].message.content}", file=sys.stderr)
     headers = {"Authorization": f"Bearer {os.environ['BACKINTEL_MCP_TOKEN']}"}
-    async with httpx2.AsyncClient(headers=headers) as http, streamable_http_client(
-        url, http_client=http
-    ) as streams, ClientSession(*streams[:2]) as session:
+    async with (
+        httpx2.AsyncClient(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as streams,
+        ClientSession(*streams[:2]) as session,
+    ):
         await session.initialize()
 
         async def call(tool: str, **args: Any) -> str:

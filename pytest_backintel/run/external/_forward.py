@@ -8,6 +8,7 @@ The sandbox has its own network namespace: these ports are the only way out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,10 +25,8 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
         pass
     finally:
         for sock in (src, dst):
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def _serve(listener: socket.socket, path: str) -> None:

@@ -9,35 +9,31 @@ are the server's, never the agent's claims.
 
 from __future__ import annotations
 
+import atexit
 import secrets
 import shutil
 import tempfile
+import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 from opentelemetry import context as otel_context
 
 from analyst.mcp_tools import TrialTools
-from pytest_backintel.analyst_api import AnalystConfig, AnalystRun, AnalystTask
+from pytest_backintel.analyst_api import AnalystConfig, AnalystRun, AnalystTask, InfraError
 from pytest_backintel.options import UNSAFE_AGENT
-from pytest_backintel.run.external.command import AgentCommand, parse_command
+from pytest_backintel.run.external.command import AgentCommand, AgentCommandError, parse_command
 from pytest_backintel.run.external.ending import judge_ending
 from pytest_backintel.run.external.process import GATEWAY_PORT, MCP_PORT, AgentRunner
 from pytest_backintel.run.external.server import TrialServer
+from pytest_backintel.run.gateway import GatewayConfigError, ModelGateway, Upstream
+from pytest_backintel.sandbox.base import SandboxError
 from pytest_backintel.sandbox.limits import Limits
 
-__all__ = ["UNSAFE_NOTE", "ExternalAnalyst", "GatewayLike", "external_analyst"]
+__all__ = ["UNSAFE_NOTE", "ExternalAnalyst", "external_analyst"]
 
 UNSAFE_NOTE = UNSAFE_AGENT
-
-
-class GatewayLike(Protocol):
-    """What the external analyst needs of the run's model gateway (`run/gateway.py`)."""
-
-    def open_trial(self, trial_id: str) -> Any: ...
-
-    def close_trial(self, token: str) -> Any: ...
 
 
 class ExternalAnalyst:
@@ -50,18 +46,31 @@ class ExternalAnalyst:
         command: AgentCommand,
         *,
         unsandboxed: bool = False,
-        gateway: GatewayLike | None = None,
-        gateway_socket: Path | None = None,
-        gateway_url: str | None = None,
+        upstream: Upstream | None = None,
         workdir: Path | None = None,
     ) -> None:
         self.command = command
         self.name = f"cmd:{command.text}"
         self.unsandboxed = unsandboxed
-        self.gateway = gateway
-        self.gateway_socket = gateway_socket
-        self.gateway_url = gateway_url
+        self.upstream = upstream
+        """The configured model, reached through the run's gateway (None: no model)."""
+        self._gateway: ModelGateway | None = None
+        self._gateway_dir: Path | None = None
+        self._lock = threading.Lock()
         self.runner = AgentRunner(unsandboxed=unsandboxed, workdir=workdir)
+
+    @property
+    def gateway(self) -> ModelGateway | None:
+        """The run's model gateway, started on the first trial (None without a model)."""
+        if self.upstream is None:
+            return None
+        with self._lock:
+            if self._gateway is None:
+                self._gateway_dir = Path(tempfile.mkdtemp(prefix="bi-gw-"))
+                self._gateway_dir.chmod(0o755)
+                socket_path = self._gateway_dir / "gateway.sock"
+                self._gateway = ModelGateway(self.upstream, socket_path=socket_path).start()
+            return self._gateway
 
     def _limits(self, task: AnalystTask) -> Limits:
         wall = task.limits.wall_time_s
@@ -82,30 +91,34 @@ class ExternalAnalyst:
         )
         tools.parent_context = otel_context.get_current()
         server = TrialServer(tools, trial_id, sockets, tcp=self.unsandboxed).start()
-        key = self.gateway.open_trial(trial_id) if self.gateway is not None else None
+        gateway = self.gateway
+        key = gateway.open_trial(task.case_key or trial_id, task.limits) if gateway else None
         try:
-            env = self._env(task, server, trial_id, key)
+            env = self._env(task, server, trial_id)
             ports = {MCP_PORT: server.socket_path}
-            if self.gateway_socket is not None:
-                ports[GATEWAY_PORT] = self.gateway_socket
-            result = self.runner.run(
-                self.command,
-                env,
-                {p: s for p, s in ports.items() if s is not None},
-                self._limits(task),
-                home,
-            )
+            if gateway is not None and key is not None:
+                inside = f"http://127.0.0.1:{GATEWAY_PORT}"
+                env.update(gateway.agent_env(key, None if self.unsandboxed else inside))
+                ports[GATEWAY_PORT] = gateway.socket_path
+            try:
+                result = self.runner.run(
+                    self.command,
+                    env,
+                    {p: s for p, s in ports.items() if s is not None},
+                    self._limits(task),
+                    home,
+                )
+            except SandboxError as exc:
+                raise InfraError(f"the external agent's sandbox failed: {exc}") from exc
         finally:
             server.close()
-            usage = self.gateway.close_trial(key.token) if key is not None else None
+            usage = gateway.close_trial(key) if gateway is not None and key is not None else None
             shutil.rmtree(folder, ignore_errors=True)
         return judge_ending(
             result, tools, server.refused, usage, task.limits, unsafe=self.unsandboxed
         )
 
-    def _env(
-        self, task: AnalystTask, server: TrialServer, trial_id: str, key: Any
-    ) -> dict[str, str]:
+    def _env(self, task: AnalystTask, server: TrialServer, trial_id: str) -> dict[str, str]:
         mcp_url = server.url if self.unsandboxed else f"http://127.0.0.1:{MCP_PORT}{server.path}"
         env = {
             "BACKINTEL_QUESTION": task.question,
@@ -114,24 +127,29 @@ class ExternalAnalyst:
             "BACKINTEL_MCP_TOKEN": server.token,
             "BACKINTEL_TRIAL": trial_id,
         }
-        if key is not None:
-            base = self.gateway_url if self.unsandboxed else f"http://127.0.0.1:{GATEWAY_PORT}"
-            token = str(getattr(key, "token", key))
-            env.update(
-                OPENAI_BASE_URL=f"{base}/v1",
-                OPENAI_API_KEY=token,
-                ANTHROPIC_BASE_URL=str(base),
-                ANTHROPIC_API_KEY=token,
-            )
         return env
 
     def close(self) -> None:
         self.runner.close()
+        if self._gateway is not None:
+            self._gateway.close()
+            self._gateway = None
+        if self._gateway_dir is not None:
+            shutil.rmtree(self._gateway_dir, ignore_errors=True)
 
 
 def external_analyst(
     spec: str, config: AnalystConfig, *, unsandboxed: bool = False, cwd: Path | None = None
 ) -> ExternalAnalyst:
-    """The `cmd:` analyst `spec` names (the agent's folder checked against `cwd`)."""
-    del config  # the limits arrive with each task
-    return ExternalAnalyst(parse_command(spec, cwd or Path.cwd()), unsandboxed=unsandboxed)
+    """The `cmd:` analyst `spec` names (the agent's folder checked against `cwd`); with a
+    model configured, its requests go through the run's model gateway."""
+    command = parse_command(spec, cwd or Path.cwd())
+    upstream = None
+    if config.model:
+        try:
+            upstream = Upstream.resolve(config.model, config.model_base_url)
+        except GatewayConfigError as exc:
+            raise AgentCommandError(f"--analyst {spec!r}: {exc}") from exc
+    analyst = ExternalAnalyst(command, unsandboxed=unsandboxed, upstream=upstream)
+    atexit.register(analyst.close)
+    return analyst

@@ -43,7 +43,7 @@ def parse_command(spec: str, cwd: Path) -> AgentCommand:
         raise AgentCommandError(f"--analyst {spec!r}: cannot split the command: {exc}") from exc
     if not argv:
         raise AgentCommandError(
-            f"--analyst {spec!r}: no command; give one, as in cmd:\"python my_agent.py\""
+            f'--analyst {spec!r}: no command; give one, as in cmd:"python my_agent.py"'
         )
     folder: Path | None = None
     inside = list(argv)

@@ -21,9 +21,11 @@ from pytest_backintel.analyst_api import (
     AnalystTimeout,
     BudgetExceeded,
     InfraError,
+    ProviderError,
     Usage,
 )
 from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
+from pytest_backintel.run.gateway import GatewayUsage
 from pytest_backintel.sandbox.base import ExecResult
 
 __all__ = ["STDERR_TAIL", "judge_ending", "stdout_answer"]
@@ -59,27 +61,18 @@ def stdout_answer(stdout: str) -> tuple[AnalystAnswer | Refusal | None, str | No
     return None, problem
 
 
-def _usage(tools: TrialTools, usage: Any) -> tuple[Usage, str]:
+def _usage(tools: TrialTools, usage: GatewayUsage | None) -> tuple[Usage, str]:
     calls = sum(1 for c in tools.calls if not c.get("refused"))
     if usage is None:
         return Usage(tool_calls=calls, tokens_reported=False), "none"
-    return (
-        Usage(
-            requests=int(getattr(usage, "requests", 0)),
-            input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
-            output_tokens=int(getattr(usage, "output_tokens", 0) or 0),
-            tool_calls=calls,
-            tokens_reported=getattr(usage, "input_tokens", None) is not None,
-        ),
-        "gateway",
-    )
+    return usage.to_usage(calls), "gateway"
 
 
 def judge_ending(
     result: ExecResult,
     tools: TrialTools,
     refused: list[dict[str, Any]],
-    usage: Any,
+    usage: GatewayUsage | None,
     limits: AnalystLimits,
     *,
     unsafe: bool,
@@ -98,11 +91,12 @@ def judge_ending(
         "stdout_bytes": len(result.stdout.encode()),
         "refused_requests": refused,
         "calls_after_answer": len(after),
-        "cost_usd": getattr(usage, "cost_usd", None) if usage is not None else None,
-        "provider_retries": list(getattr(usage, "provider_retries", []) or []),
+        "gateway": usage.to_json() if usage is not None else None,
     }
     run = AnalystRun(output=None, usage=run_usage, tool_calls=tools.calls, observed=observed)
-    run.provider_retries = observed["provider_retries"]
+    if usage is not None:
+        run.provider_retries = usage.provider_retries
+        observed["exchanges"] = usage.exchanges  # to the cassette with --record, not the record
     if tools.infra_error is not None:
         raise InfraError(tools.infra_error)
     if result.limit_hit == "wall_time":
@@ -122,6 +116,10 @@ def judge_ending(
         run.output = answer
         return run
     run.error = _no_answer(result, problem, bool(answered))
+    if usage is not None and usage.provider_error:  # the model failed, not the agent
+        raise ProviderError(f"{usage.provider_error}; {run.error}", run=run)
+    if usage is not None and usage.budget_exceeded:
+        raise BudgetExceeded(f"{usage.budget_exceeded}; {run.error}", run=run)
     return run
 
 

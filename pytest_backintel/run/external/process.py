@@ -86,7 +86,9 @@ class AgentRunner:
                 if path.parent == folder:
                     inside.append([port, f"{target}/{path.name}"])
         payload = ["python", FORWARD_INSIDE, json.dumps(inside), "--", *command.argv_inside]
-        return provider.run(payload, workspace=home, store=None, limits=limits, mounts=mounts, env=env)
+        return provider.run(
+            payload, workspace=home, store=None, limits=limits, mounts=mounts, env=env
+        )
 
     def close(self) -> None:
         if self._provider is not None:
@@ -129,7 +131,8 @@ def _run_plain(argv: list[str], env: dict[str, str], limits: Limits, home: Path)
 
 
 def _read(handle: object, limit: int) -> tuple[str, bool]:
-    assert hasattr(handle, "seek") and hasattr(handle, "read")
+    assert hasattr(handle, "seek")
+    assert hasattr(handle, "read")
     handle.seek(0)
     data: bytes = handle.read()
     cut = data[-limit:] if len(data) > limit else data

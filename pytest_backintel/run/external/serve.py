@@ -28,14 +28,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("scenario", help="a development scenario's id")
     p.add_argument(
-        "--scenarios", type=Path, default=None, help="a folder of scenario files (default: the "
-        "shipped benchmark's)"
+        "--scenarios",
+        type=Path,
+        default=None,
+        help="a folder of scenario files (default: the shipped benchmark's)",
     )
     p.add_argument("--port", type=int, default=0, help="loopback port (default: any free one)")
     p.add_argument("--store", default="sqlite", help="store backend (default: sqlite)")
-    p.add_argument(
-        "--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP"
-    )
+    p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
     p.add_argument("--max-tool-calls", type=int, default=1000, help="tool calls allowed")
     p.set_defaults(func=serve_tools)
 

@@ -49,6 +49,7 @@ class _Guard:
     def __init__(self, app: Any, path: str, token: str, refused: list[dict[str, Any]]) -> None:
         self.app, self.path, self.token, self.refused = app, path, token, refused
         self.started = time.perf_counter()
+        self.closed = False
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] != "http":
@@ -57,7 +58,9 @@ class _Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         given = headers.get("authorization", "")
         reason = None
-        if scope["path"] != self.path:
+        if self.closed:
+            reason, status = "the trial is over", 410
+        elif scope["path"] != self.path:
             reason, status = "not this trial's path", 404
         elif not given:
             reason, status = "no bearer token", 401
@@ -108,6 +111,7 @@ class TrialServer:
         self.port: int | None = None
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Future[Any] | None = None
+        self._guard: _Guard | None = None
 
     @property
     def url(self) -> str:
@@ -137,7 +141,7 @@ class TrialServer:
         app = self.tools.server.streamable_http_app(
             streamable_http_path=self.path, stateless_http=True, json_response=True
         )
-        guarded = _Guard(app, self.path, self.token, self.refused)
+        guarded = self._guard = _Guard(app, self.path, self.token, self.refused)
         config = uvicorn.Config(
             guarded, log_level="error", lifespan="on", access_log=False, timeout_graceful_shutdown=1
         )
@@ -158,15 +162,13 @@ class TrialServer:
         return self
 
     def close(self) -> None:
-        """Stop serving (the token dies) and close the tools' store session."""
+        """Refuse every request from now on (the token dies), stop serving without waiting for
+        uvicorn's shutdown tick, and close the tools' store session."""
         self.tools.close()
         if self._server is not None:
             self._server.should_exit = True
             self._server.force_exit = True
-        if self._task is not None:
-            try:
-                self._task.result(timeout=10)
-            except Exception:  # a server that fails while stopping has stopped
-                pass
+        if self._guard is not None:
+            self._guard.closed = True  # refused from now on, while uvicorn winds down
         if self.socket_path is not None:
             self.socket_path.unlink(missing_ok=True)
