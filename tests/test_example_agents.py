@@ -126,7 +126,7 @@ TOKENS_IN, TOKENS_OUT = 1200 + 1900 + 2300, 40 + 120 + 12
 
 
 @pytest.mark.skipif(find_bwrap() is None, reason="bubblewrap is not installed")
-@pytest.mark.parametrize("agent", sorted(AGENTS), ids=lambda a: Path(a.split()[-1]).stem)
+@pytest.mark.parametrize("agent", sorted(AGENTS), ids=lambda a: a.split()[0] + "-" + Path(a.split()[-1]).stem)
 def test_each_example_agent_passes_three_levels_measured_by_the_gateway(
     agent: str, scripted: tuple[str, list[str]], tmp_path: Path
 ) -> None:

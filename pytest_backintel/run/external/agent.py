@@ -34,6 +34,10 @@ from pytest_backintel.sandbox.limits import Limits
 __all__ = ["UNSAFE_NOTE", "ExternalAnalyst", "external_analyst"]
 
 UNSAFE_NOTE = UNSAFE_AGENT
+AGENT_ADDRESS_HEADROOM_MB = 30 * 1024
+"""Virtual address space an agent may reserve beyond its memory limit: Node's `fetch` maps
+some 10 GB for WebAssembly (undici's HTTP parser) before it sends a byte, as Go and JVM
+runtimes reserve large arenas. Memory actually used is still bounded (RLIMIT_DATA, cgroup)."""
 
 
 class ExternalAnalyst:
@@ -74,7 +78,12 @@ class ExternalAnalyst:
 
     def _limits(self, task: AnalystTask) -> Limits:
         wall = task.limits.wall_time_s
-        return replace(Limits(), wall_time_s=wall, cpu_time_s=max(1, int(wall * 2) + 1))
+        return replace(
+            Limits(),
+            wall_time_s=wall,
+            cpu_time_s=max(1, int(wall * 2) + 1),
+            address_space_headroom_mb=AGENT_ADDRESS_HEADROOM_MB,
+        )
 
     def answer(self, task: AnalystTask) -> AnalystRun:
         trial_id = secrets.token_hex(8)
