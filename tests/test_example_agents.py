@@ -46,8 +46,14 @@ def documented() -> list[str]:
 COMMANDS = documented()
 SERVER = next(c for c in COMMANDS if "testing.model_server" in c)
 NPM = next(c for c in COMMANDS if c.startswith("npm "))
-AGENTS = {c.split('"cmd:')[1].split('"')[0]: c for c in COMMANDS if '"cmd:' in c}
-"""The agent's command -> the documented run that measures it."""
+AGENTS = {
+    c.split('"cmd:')[1].split('"')[0]: c
+    for c in COMMANDS
+    if '"cmd:' in c and "--record" not in c and "replay:" not in c
+}
+"""The agent's command -> the documented run that measures it on three levels."""
+RECORD = next(c for c in COMMANDS if "--record" in c)
+REPLAY = next(c for c in COMMANDS if "--model replay:" in c)
 
 
 def test_the_page_shows_four_agents_and_how_to_serve_their_model() -> None:
@@ -126,7 +132,7 @@ TOKENS_IN, TOKENS_OUT = 1200 + 1900 + 2300, 40 + 120 + 12
 
 
 @pytest.mark.skipif(find_bwrap() is None, reason="bubblewrap is not installed")
-@pytest.mark.parametrize("agent", sorted(AGENTS), ids=lambda a: a.split()[0] + "-" + Path(a.split()[-1]).stem)
+@pytest.mark.parametrize("agent", sorted(AGENTS), ids=lambda a: a.replace(" ", "-"))
 def test_each_example_agent_passes_three_levels_measured_by_the_gateway(
     agent: str, scripted: tuple[str, list[str]], tmp_path: Path
 ) -> None:
@@ -159,6 +165,39 @@ def test_each_example_agent_passes_three_levels_measured_by_the_gateway(
         assert record["evidence"]
         assert all(e["reproduced"] for e in record["evidence"])
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def _run(command: str, port: str, results: Path, run_id: str) -> list[dict[str, Any]]:
+    """Run a documented pytest command with its results under `results` (its run id given
+    as `run_id`, or added); its records."""
+    args = _python(command.replace("results/", f"{results}/"), port)
+    if "--run-id" not in args:
+        args.append(f"--run-id={run_id}")
+    done = subprocess.run(
+        [*args, f"--results-dir={results}", "-p", "no:xdist"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))},
+    )  # fmt: skip
+    path = results / run_id / "records.jsonl"
+    assert path.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.skipif(find_bwrap() is None, reason="bubblewrap is not installed")
+def test_a_recorded_agent_run_replays_offline_with_the_same_answer_and_tokens(
+    scripted: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    url, _ = scripted
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    recorded = _run(RECORD, port, tmp_path / "results", "agent-rec")
+    assert "--model-base-url" not in REPLAY, "the replay has no model to call"
+    replayed = _run(REPLAY, port, tmp_path / "results", "replayed")
+    assert [r["outcome"] for r in recorded] == [r["outcome"] for r in replayed] == ["pass"]
+    first, again = recorded[0], replayed[0]
+    assert again["answer"] == first["answer"]
+    assert again["usage"] == first["usage"]
+    assert again["usage"]["input_tokens"] == 1200 + 1900 + 2300
+    assert [c["args"] for c in again["tool_calls"]] == [c["args"] for c in first["tool_calls"]]
 
 
 def test_the_scripted_answer_is_read_from_the_tool_result() -> None:

@@ -16,13 +16,14 @@ import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from opentelemetry import context as otel_context
 
 from analyst.mcp_tools import TrialTools
 from pytest_backintel.analyst_api import AnalystConfig, AnalystRun, AnalystTask, InfraError
-from pytest_backintel.options import UNSAFE_AGENT
+from pytest_backintel.options import REPLAY_PREFIX, UNSAFE_AGENT
+from pytest_backintel.records.cassettes import CassetteError, find_cassette_dir, read_exchanges
 from pytest_backintel.run.external.command import AgentCommand, AgentCommandError, parse_command
 from pytest_backintel.run.external.ending import judge_ending
 from pytest_backintel.run.external.process import GATEWAY_PORT, MCP_PORT, AgentRunner
@@ -51,6 +52,7 @@ class ExternalAnalyst:
         *,
         unsandboxed: bool = False,
         upstream: Upstream | None = None,
+        replay: Path | None = None,
         workdir: Path | None = None,
     ) -> None:
         self.command = command
@@ -58,6 +60,9 @@ class ExternalAnalyst:
         self.unsandboxed = unsandboxed
         self.upstream = upstream
         """The configured model, reached through the run's gateway (None: no model)."""
+        self.replay = replay
+        """`--model replay:DIR`: the cassettes folder whose recorded model exchanges the
+        gateway serves back, trial by trial; no model is called."""
         self._gateway: ModelGateway | None = None
         self._gateway_dir: Path | None = None
         self._lock = threading.Lock()
@@ -66,7 +71,7 @@ class ExternalAnalyst:
     @property
     def gateway(self) -> ModelGateway | None:
         """The run's model gateway, started on the first trial (None without a model)."""
-        if self.upstream is None:
+        if self.upstream is None and self.replay is None:
             return None
         with self._lock:
             if self._gateway is None:
@@ -75,6 +80,13 @@ class ExternalAnalyst:
                 socket_path = self._gateway_dir / "gateway.sock"
                 self._gateway = ModelGateway(self.upstream, socket_path=socket_path).start()
             return self._gateway
+
+    def _recorded(self, task: AnalystTask) -> list[dict[str, Any]]:
+        """The trial's recorded model exchanges (`--model replay:DIR`)."""
+        assert self.replay is not None
+        if task.case_key is None:
+            raise CassetteError("a replayed trial needs its case key to find its recording")
+        return read_exchanges(self.replay, task.case_key)
 
     def _limits(self, task: AnalystTask) -> Limits:
         wall = task.limits.wall_time_s
@@ -101,7 +113,9 @@ class ExternalAnalyst:
         tools.parent_context = otel_context.get_current()
         server = TrialServer(tools, trial_id, sockets, tcp=self.unsandboxed).start()
         gateway = self.gateway
-        key = gateway.open_trial(task.case_key or trial_id, task.limits) if gateway else None
+        recorded = self._recorded(task) if self.replay is not None else None
+        name = task.case_key or trial_id
+        key = gateway.open_trial(name, task.limits, replay=recorded) if gateway else None
         try:
             env = self._env(task, server, trial_id)
             ports = {MCP_PORT: server.socket_path}
@@ -151,14 +165,20 @@ def external_analyst(
     spec: str, config: AnalystConfig, *, unsandboxed: bool = False, cwd: Path | None = None
 ) -> ExternalAnalyst:
     """The `cmd:` analyst `spec` names (the agent's folder checked against `cwd`); with a
-    model configured, its requests go through the run's model gateway."""
+    model configured, its requests go through the run's model gateway, which, given
+    `--model replay:DIR`, serves each trial's recorded exchanges instead (offline)."""
     command = parse_command(spec, cwd or Path.cwd())
-    upstream = None
-    if config.model:
+    upstream, replay = None, None
+    if config.model and config.model.startswith(REPLAY_PREFIX):
+        try:
+            replay = find_cassette_dir(Path(config.model.removeprefix(REPLAY_PREFIX)))
+        except CassetteError as exc:
+            raise AgentCommandError(f"--model {config.model!r}: {exc}") from exc
+    elif config.model:
         try:
             upstream = Upstream.resolve(config.model, config.model_base_url)
         except GatewayConfigError as exc:
             raise AgentCommandError(f"--analyst {spec!r}: {exc}") from exc
-    analyst = ExternalAnalyst(command, unsandboxed=unsandboxed, upstream=upstream)
+    analyst = ExternalAnalyst(command, unsandboxed=unsandboxed, upstream=upstream, replay=replay)
     atexit.register(analyst.close)
     return analyst
