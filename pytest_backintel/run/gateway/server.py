@@ -123,6 +123,10 @@ class ModelGateway:
     def start(self) -> ModelGateway:
         """Bind, serve in a background thread, return once requests are accepted."""
         tcp = socket.create_server((self._host, self._port))
+        # Accepted sockets inherit TCP_NODELAY; asyncio sets it only on sockets whose proto is
+        # IPPROTO_TCP, which create_server's are not: without it each response's body waits
+        # for the agent's delayed ACK of its head (some 40 ms a request).
+        tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sockets = [tcp]
         if self.socket_path is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -156,7 +160,13 @@ class ModelGateway:
 
     async def _serve(self, ready: threading.Event) -> None:
         timeout = httpx.Timeout(self.timeout_s, connect=10.0)
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+        # TCP_NODELAY: a request goes out as head and body; with Nagle's algorithm the body
+        # would wait for the provider's delayed ACK, some 40 ms a request.
+        nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+        transport = httpx.AsyncHTTPTransport(socket_options=nodelay)
+        async with httpx.AsyncClient(
+            timeout=timeout, trust_env=False, transport=transport
+        ) as client:
             self._relay = Relay(
                 self.upstream, client, self.retry, self._lock, self._run_check, self._price
             )
