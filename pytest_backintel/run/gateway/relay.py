@@ -223,13 +223,14 @@ class Relay:
             record["error"] = why
             with self.lock:
                 trial.usage.provider_error = trial.usage.provider_error or why
-        meter.close()
-        record["response"] = b"".join(chunks).decode("utf-8", "replace")
-        tokens = meter.tokens
-        record["tokens"] = (
-            None if tokens is None else {"input": tokens.input, "output": tokens.output}
-        )
-        self._charge(trial, tokens)
+        finally:  # counted even when the trial's end cancels the rest of the stream
+            meter.close()
+            record["response"] = b"".join(chunks).decode("utf-8", "replace")
+            tokens = meter.tokens
+            record["tokens"] = (
+                None if tokens is None else {"input": tokens.input, "output": tokens.output}
+            )
+            self._charge(trial, tokens)
         if listening:
             with contextlib.suppress(OSError):
                 await stream_chunk(send, b"", more=False)

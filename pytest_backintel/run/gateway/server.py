@@ -60,6 +60,8 @@ from pytest_backintel.run.gateway.wire import (
 __all__ = ["TOKEN_PREFIX", "ModelGateway"]
 
 TOKEN_PREFIX = "bigw-"
+CLOSE_GRACE_S = 0.5
+"""How long `close_trial` lets the trial's requests in flight finish before cancelling them."""
 _NO_RETRY = {"x-should-retry": "false"}
 
 
@@ -248,18 +250,27 @@ class ModelGateway:
             self._closed[token] = state.key.trial_id
             tasks = list(state.tasks)
         loop = self._loop
-        if tasks and loop is not None and not loop.is_closed():
+        # a request whose answer is all but delivered (its last bytes counted, its exchange
+        # kept) is let finish; one still waiting after the grace is cancelled
+        live = tasks and loop is not None and not loop.is_closed()
+        if live and loop is not None and not self._drained(state, CLOSE_GRACE_S):
             for task in tasks:
                 loop.call_soon_threadsafe(task.cancel)
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                with self._lock:
-                    if not state.tasks:
-                        break
-                time.sleep(0.01)
+            self._drained(state, 5.0)
         with self._lock:
             del self._trials[token]
             return state.snapshot()
+
+    def _drained(self, state: TrialState, seconds: float) -> bool:
+        """Wait up to `seconds` for the trial's requests in flight to end; whether they did."""
+        deadline = time.monotonic() + seconds
+        while True:
+            with self._lock:
+                if not state.tasks:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
 
     @property
     def refusals(self) -> list[dict[str, Any]]:
