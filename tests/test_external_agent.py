@@ -76,7 +76,7 @@ def test_an_external_agent_answers_three_levels_through_the_mcp_tools(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     folder = agent_folder(tmp_path, "reference")
-    outcome, records = run(pytester, folder, SCENARIOS[:3])
+    outcome, records = run(pytester, folder, SCENARIOS[:3], "--concurrency", "3")
     outcome.assert_outcomes(passed=3)
     assert sorted(r["level"] for r in records) == [1, 2, 3]
     for record in records:

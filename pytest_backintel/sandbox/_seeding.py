@@ -14,7 +14,10 @@ import importlib.machinery
 import os
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
 
 
 class _Seeded:
@@ -53,7 +56,7 @@ class _SeedOnImport:
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Seeded(spec.loader, self.seed)
+                    spec.loader = cast("Loader", _Seeded(spec.loader, self.seed))
                 return spec
         return None
 

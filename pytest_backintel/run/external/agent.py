@@ -16,12 +16,17 @@ import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 from opentelemetry import context as otel_context
 
 from analyst.mcp_tools import TrialTools
-from pytest_backintel.analyst_api import AnalystConfig, AnalystRun, AnalystTask, InfraError
+from pytest_backintel.analyst_api import (
+    AnalystConfig,
+    AnalystKind,
+    AnalystRun,
+    AnalystTask,
+    InfraError,
+)
 from pytest_backintel.options import UNSAFE_AGENT
 from pytest_backintel.run.external.command import AgentCommand, AgentCommandError, parse_command
 from pytest_backintel.run.external.ending import judge_ending
@@ -39,7 +44,7 @@ UNSAFE_NOTE = UNSAFE_AGENT
 class ExternalAnalyst:
     """An agent started per trial as its own process; every tool call observed server side."""
 
-    kind: Literal["external"] = "external"
+    kind: AnalystKind = "external"
 
     def __init__(
         self,

@@ -146,7 +146,6 @@ class TrialServer:
             guarded, log_level="error", lifespan="on", access_log=False, timeout_graceful_shutdown=1
         )
         server = uvicorn.Server(config)
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self._server = server
         sockets = self._sockets()
         loop = server_loop()
