@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -235,5 +237,17 @@ def test_an_unsandboxed_agent_is_labelled_unsafe_everywhere(
     outcome.assert_outcomes(passed=1)
     assert "UNSAFE" in records[0]["unsafe"]
     assert records[0]["external"]["sandboxed"] is False
-    run_json = json.loads((pytester.path / "results" / "r" / "run.json").read_text())
+    assert "UNSAFE" in records[0]["warnings"][0]  # the viewer shows each record's warnings
+    run_dir = pytester.path / "results" / "r"
+    run_json = json.loads((run_dir / "run.json").read_text())
     assert "UNSAFE" in run_json["analyst"]["unsafe"]
+    assert "UNSAFE" in run_json["analyst"]["label"]
+    assert "UNSAFE" in run_json["warnings"][0]  # the scorecard lists the run's warnings
+    report = subprocess.run(
+        [str(Path(sys.executable).parent / "backintel"), "report", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert report.returncode == 0, report.stderr
+    assert "UNSAFE" in (run_dir / "scorecard.md").read_text()
