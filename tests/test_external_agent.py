@@ -87,16 +87,21 @@ def test_an_external_agent_answers_three_levels_through_the_mcp_tools(
         assert [c["tool"] for c in calls] == [
             "list_tables",
             "describe_table",
+            "run_python",
             "run_sql",
             "submit_answer",
         ]
         assert all(c["source"] == "mcp" and c["result_bytes"] > 0 for c in calls)
-        assert calls[2]["args"]["sql"] == record["answer"]["evidence"][0]["code"]
-        assert record["usage"]["tool_calls"] == 4
+        assert all(c["error"] is None for c in calls)
+        assert "order_items" in record["external"]["stderr_tail"]  # run_python's output
+        assert calls[3]["args"]["sql"] == record["answer"]["evidence"][0]["code"]
+        assert record["usage"]["tool_calls"] == 5
         assert record["usage_source"] == "none"  # no gateway in this run: nothing measured
         assert record["usage"]["input_tokens"] is None
         assert record["external"]["sandboxed"] is True
         assert record["external"]["answered_by"] == "tool"
+        tools = "list_tables,describe_table,run_sql,run_python,submit_answer,refuse"
+        assert f"tools: {tools}" in record["external"]["stderr_tail"]  # the item's sandbox too
         assert record["evidence"]
         assert all(e["reproduced"] for e in record["evidence"])
         assert "unsafe" not in record

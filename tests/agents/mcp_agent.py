@@ -133,9 +133,14 @@ async def main(read: list[str]) -> None:
             result = await session.call_tool(tool, args)
             return "".join(getattr(c, "text", "") for c in result.content)
 
+        listed = await session.list_tools()
+        print("tools: " + ",".join(t.name for t in listed.tools), file=sys.stderr)
         tables = (await call("list_tables")).splitlines()
         if tables:
             await call("describe_table", name=tables[0])
+        if "run_python" in [t.name for t in listed.tools]:
+            print(await call("run_python", code="import backintel_store as bs\nprint(bs.tables())"),
+                  file=sys.stderr)  # fmt: skip
         result = await call("run_sql", sql=PLAN["questions"][question]["sql"])
         answer = _answer(question, result)
         if read:
