@@ -213,3 +213,17 @@ def test_serve_tools_speaks_mcp_over_stdio_to_a_client_that_spawns_it() -> None:
     assert names == ["list_tables", "describe_table", "run_sql", "submit_answer", "refuse"]
     assert text.startswith("n\n")
     assert "[1 row(s)]" in text
+
+
+def test_an_external_agents_method_hash_covers_its_folder_and_command(tmp_path: Path) -> None:
+    from pytest_backintel.records.method_hash import method_hash
+
+    (tmp_path / "agent.py").write_text("print(1)\n")
+    (tmp_path / "prompt.txt").write_text("be careful\n")
+    spec = f"cmd:python {tmp_path / 'agent.py'}"
+    first = method_hash(spec, "external", {"model": None})
+    assert method_hash(spec, "external", {"model": None}) == first
+    (tmp_path / "prompt.txt").write_text("be bold\n")
+    assert method_hash(spec, "external", {"model": None}) != first
+    assert method_hash(spec + " --fast", "external", {"model": None}) != first
+    assert method_hash(spec, "external", {"model": "openai:gpt-5.1"}) != first
