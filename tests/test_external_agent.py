@@ -161,13 +161,18 @@ def test_every_way_an_agent_ends_is_recorded_and_resume_finishes_the_run(
     assert after["external"]["calls_after_answer"] == 1
 
 
-def test_a_crash_and_a_malformed_answer_are_analyst_errors_with_the_stderr_tail(
+def test_a_crash_a_malformed_answer_and_a_tool_call_flood_are_recorded_outcomes(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     q = list(_questions())
-    folder = agent_folder(tmp_path, "reference", modes={q[0]: "crash", q[1]: "malformed"})
-    _, records = run(pytester, folder, SCENARIOS[:2])
+    modes = {q[0]: "crash", q[1]: "malformed", q[2]: "flood"}
+    folder = agent_folder(tmp_path, "reference", modes=modes)
+    _, records = run(pytester, folder, SCENARIOS[:3], "--max-tool-calls", "3")
     found = by_scenario(records)
+    flood = found["l3-delivered-without-review"]
+    assert flood["outcome"] == "budget_exceeded"
+    assert [c["refused"] for c in flood["tool_calls"]][:4] == [False, False, False, True]
+    assert flood["usage"]["tool_calls"] == 3
     crash = found["l1-item-grain"]
     assert crash["outcome"] == "analyst_error"
     assert "exited with code 1" in crash["analyst_error"]
