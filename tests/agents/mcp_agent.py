@@ -6,8 +6,8 @@ reference-level analyst would use (`modes` may set a mode per question). Modes: 
 (answers through the submit tool), stdout (prints the contract object), hostile (tries to
 read what it must not, then answers with what it read), sigkill, hang, silent (exits
 without answering), twice (answers twice), after (calls a tool after answering),
-malformed (prints a broken answer), crash, flood (ten list_tables first), model (asks its model once through the gateway
-at OPENAI_BASE_URL, then answers as reference).
+malformed (prints a broken answer), crash, flood (ten list_tables first), model (asks its
+model once through the gateway at OPENAI_BASE_URL, then answers as reference).
 """
 
 from __future__ import annotations
