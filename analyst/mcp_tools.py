@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from opentelemetry import trace
@@ -226,7 +226,7 @@ class TrialTools:
             text = f"ERROR: not a valid answer: {exc}"
             entry.update(result_bytes=len(text), duration_s=0.0, error=text[:500], refused=False)
             return text
-        self.answers.append(cast(AnalystAnswer | Refusal, answer))
+        self.answers.append(answer)
         entry.update(result_bytes=8, duration_s=0.0, error=None, refused=False)
         return "recorded"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +78,7 @@ def test_an_external_agent_answers_three_levels_through_the_mcp_tools(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     folder = agent_folder(tmp_path, "reference")
-    outcome, records = run(pytester, folder, SCENARIOS[:3])
+    outcome, records = run(pytester, folder, SCENARIOS[:3], "--concurrency", "3")
     outcome.assert_outcomes(passed=3)
     assert sorted(r["level"] for r in records) == [1, 2, 3]
     for record in records:
@@ -85,16 +87,21 @@ def test_an_external_agent_answers_three_levels_through_the_mcp_tools(
         assert [c["tool"] for c in calls] == [
             "list_tables",
             "describe_table",
+            "run_python",
             "run_sql",
             "submit_answer",
         ]
         assert all(c["source"] == "mcp" and c["result_bytes"] > 0 for c in calls)
-        assert calls[2]["args"]["sql"] == record["answer"]["evidence"][0]["code"]
-        assert record["usage"]["tool_calls"] == 4
+        assert all(c["error"] is None for c in calls)
+        assert "order_items" in record["external"]["stderr_tail"]  # run_python's output
+        assert calls[3]["args"]["sql"] == record["answer"]["evidence"][0]["code"]
+        assert record["usage"]["tool_calls"] == 5
         assert record["usage_source"] == "none"  # no gateway in this run: nothing measured
         assert record["usage"]["input_tokens"] is None
         assert record["external"]["sandboxed"] is True
         assert record["external"]["answered_by"] == "tool"
+        tools = "list_tables,describe_table,run_sql,run_python,submit_answer,refuse"
+        assert f"tools: {tools}" in record["external"]["stderr_tail"]  # the item's sandbox too
         assert record["evidence"]
         assert all(e["reproduced"] for e in record["evidence"])
         assert "unsafe" not in record
@@ -154,13 +161,18 @@ def test_every_way_an_agent_ends_is_recorded_and_resume_finishes_the_run(
     assert after["external"]["calls_after_answer"] == 1
 
 
-def test_a_crash_and_a_malformed_answer_are_analyst_errors_with_the_stderr_tail(
+def test_a_crash_a_malformed_answer_and_a_tool_call_flood_are_recorded_outcomes(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     q = list(_questions())
-    folder = agent_folder(tmp_path, "reference", modes={q[0]: "crash", q[1]: "malformed"})
-    _, records = run(pytester, folder, SCENARIOS[:2])
+    modes = {q[0]: "crash", q[1]: "malformed", q[2]: "flood"}
+    folder = agent_folder(tmp_path, "reference", modes=modes)
+    _, records = run(pytester, folder, SCENARIOS[:3], "--max-tool-calls", "3")
     found = by_scenario(records)
+    flood = found["l3-delivered-without-review"]
+    assert flood["outcome"] == "budget_exceeded"
+    assert [c["refused"] for c in flood["tool_calls"]][:4] == [False, False, False, True]
+    assert flood["usage"]["tool_calls"] == 3
     crash = found["l1-item-grain"]
     assert crash["outcome"] == "analyst_error"
     assert "exited with code 1" in crash["analyst_error"]
@@ -235,5 +247,17 @@ def test_an_unsandboxed_agent_is_labelled_unsafe_everywhere(
     outcome.assert_outcomes(passed=1)
     assert "UNSAFE" in records[0]["unsafe"]
     assert records[0]["external"]["sandboxed"] is False
-    run_json = json.loads((pytester.path / "results" / "r" / "run.json").read_text())
+    assert "UNSAFE" in records[0]["warnings"][0]  # the viewer shows each record's warnings
+    run_dir = pytester.path / "results" / "r"
+    run_json = json.loads((run_dir / "run.json").read_text())
     assert "UNSAFE" in run_json["analyst"]["unsafe"]
+    assert "UNSAFE" in run_json["analyst"]["label"]
+    assert "UNSAFE" in run_json["warnings"][0]  # the scorecard lists the run's warnings
+    report = subprocess.run(
+        [str(Path(sys.executable).parent / "backintel"), "report", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert report.returncode == 0, report.stderr
+    assert "UNSAFE" in (run_dir / "scorecard.md").read_text()

@@ -5,6 +5,7 @@ nothing; a finished trial's token reaches nothing; the same limits as the built-
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -191,3 +192,38 @@ def test_serve_tools_refuses_a_reserved_scenario(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "reserved scenario" in err
     assert "only development scenarios" in err
+
+
+def test_serve_tools_speaks_mcp_over_stdio_to_a_client_that_spawns_it() -> None:
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    async def session() -> tuple[list[str], str]:
+        params = StdioServerParameters(
+            command=str(Path(sys.executable).parent / "backintel"),
+            args=["serve-tools", "l1-item-grain", "--stdio"],
+            env=dict(os.environ),
+        )
+        async with stdio_client(params) as streams, ClientSession(*streams[:2]) as mcp:
+            await mcp.initialize()
+            names = [t.name for t in (await mcp.list_tools()).tools]
+            result = await mcp.call_tool("run_sql", {"sql": "SELECT COUNT(*) AS n FROM orders"})
+            return names, "".join(getattr(c, "text", "") for c in result.content)
+
+    names, text = asyncio.run(session())
+    assert names == ["list_tables", "describe_table", "run_sql", "submit_answer", "refuse"]
+    assert text.startswith("n\n")
+    assert "[1 row(s)]" in text
+
+
+def test_an_external_agents_method_hash_covers_its_folder_and_command(tmp_path: Path) -> None:
+    from pytest_backintel.records.method_hash import method_hash
+
+    (tmp_path / "agent.py").write_text("print(1)\n")
+    (tmp_path / "prompt.txt").write_text("be careful\n")
+    spec = f"cmd:python {tmp_path / 'agent.py'}"
+    first = method_hash(spec, "external", {"model": None})
+    assert method_hash(spec, "external", {"model": None}) == first
+    (tmp_path / "prompt.txt").write_text("be bold\n")
+    assert method_hash(spec, "external", {"model": None}) != first
+    assert method_hash(spec + " --fast", "external", {"model": None}) != first
+    assert method_hash(spec, "external", {"model": "openai:gpt-5.1"}) != first

@@ -118,7 +118,9 @@ def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
         "trials_recorded": len(records),
         "usage_unreported_trials": unmetered,
-        "warnings": ([w] if (w := no_usage_warning(unmetered)) else []) + probe_warnings(records),
+        "warnings": ([UNSAFE_AGENT] if any(r.get("unsafe") for r in records) else [])
+        + ([w] if (w := no_usage_warning(unmetered)) else [])
+        + probe_warnings(records),
         "probe_gaps": sorted({g for r in records for g in r.get("probe_gaps") or []}),
     }
 
@@ -151,7 +153,9 @@ def run_header(
             "spec": opts.analyst,
             "calibration": opts.analyst in CALIBRATION_ANALYSTS,
             "kind": spec_kind(opts.analyst),
-            "label": analyst_label(opts.analyst) or "model under test",
+            "label": UNSAFE_AGENT
+            if opts.analyst_unsandboxed
+            else analyst_label(opts.analyst) or "model under test",
             **({"unsafe": UNSAFE_AGENT} if opts.analyst_unsandboxed else {}),
         },
         "model": opts.model,

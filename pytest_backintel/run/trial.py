@@ -102,7 +102,7 @@ class TrialResult:
             "evidence": [e.to_json() for e in self.evidence],
             "evidence_budget": self.evidence_budget,
             "usage": run.usage.to_json() if run else None,
-            "warnings": [NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else [],
+            "warnings": _warnings(run),
             "probe_gaps": self.probe_gaps,
             "tool_calls": run.tool_calls if run else [],
             "provider_retries": run.provider_retries if run else [],
@@ -115,6 +115,13 @@ class TrialResult:
             "fingerprint_after": self.fingerprint_after,
             **_external(run),
         }
+
+
+def _warnings(run: AnalystRun | None) -> list[str]:
+    unsafe = run is not None and run.observed is not None and not run.observed.get("sandboxed")
+    return ([UNSAFE_AGENT] if unsafe else []) + (
+        [NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else []
+    )
 
 
 def _external(run: AnalystRun | None) -> dict[str, Any]:

@@ -6,8 +6,8 @@ reference-level analyst would use (`modes` may set a mode per question). Modes: 
 (answers through the submit tool), stdout (prints the contract object), hostile (tries to
 read what it must not, then answers with what it read), sigkill, hang, silent (exits
 without answering), twice (answers twice), after (calls a tool after answering),
-malformed (prints a broken answer), crash, model (asks its model once through the gateway
-at OPENAI_BASE_URL, then answers as reference).
+malformed (prints a broken answer), crash, flood (ten list_tables first), model (asks its
+model once through the gateway at OPENAI_BASE_URL, then answers as reference).
 """
 
 from __future__ import annotations
@@ -133,9 +133,17 @@ async def main(read: list[str]) -> None:
             result = await session.call_tool(tool, args)
             return "".join(getattr(c, "text", "") for c in result.content)
 
+        if mode == "flood":
+            for _ in range(10):
+                await call("list_tables")
+        listed = await session.list_tools()
+        print("tools: " + ",".join(t.name for t in listed.tools), file=sys.stderr)
         tables = (await call("list_tables")).splitlines()
         if tables:
             await call("describe_table", name=tables[0])
+        if "run_python" in [t.name for t in listed.tools]:
+            print(await call("run_python", code="import backintel_store as bs\nprint(bs.tables())"),
+                  file=sys.stderr)  # fmt: skip
         result = await call("run_sql", sql=PLAN["questions"][question]["sql"])
         answer = _answer(question, result)
         if read:

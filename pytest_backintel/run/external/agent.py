@@ -16,12 +16,18 @@ import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from opentelemetry import context as otel_context
 
 from analyst.mcp_tools import TrialTools
-from pytest_backintel.analyst_api import AnalystConfig, AnalystRun, AnalystTask, InfraError
+from pytest_backintel.analyst_api import (
+    AnalystConfig,
+    AnalystKind,
+    AnalystRun,
+    AnalystTask,
+    InfraError,
+)
 from pytest_backintel.options import REPLAY_PREFIX, UNSAFE_AGENT
 from pytest_backintel.records.cassettes import CassetteError, find_cassette_dir, read_exchanges
 from pytest_backintel.run.external.command import AgentCommand, AgentCommandError, parse_command
@@ -44,7 +50,7 @@ runtimes reserve large arenas. Memory actually used is still bounded (RLIMIT_DAT
 class ExternalAnalyst:
     """An agent started per trial as its own process; every tool call observed server side."""
 
-    kind: Literal["external"] = "external"
+    kind: AnalystKind = "external"
 
     def __init__(
         self,

@@ -85,7 +85,8 @@ class AgentRunner:
             for port, path in sockets.items():
                 if path.parent == folder:
                     inside.append([port, f"{target}/{path.name}"])
-        payload = ["python", FORWARD_INSIDE, json.dumps(inside), "--", *command.argv_inside]
+        forward = ["python", "-I", "-S", FORWARD_INSIDE]  # no site: a fast start
+        payload = [*forward, json.dumps(inside), "--", *command.argv_inside]
         return provider.run(
             payload, workspace=home, store=None, limits=limits, mounts=mounts, env=env
         )
