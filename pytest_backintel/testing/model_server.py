@@ -20,8 +20,7 @@ From the command line, `python -m pytest_backintel.testing.model_server --script
 substring to turns: `{"call": tool, "args": {...}}`, `{"answer": {metrics, evidence, method}}`,
 `{"answer_from_result": {metrics: [{name, unit}], evidence, tool?}}` (the values read from the
 last tool result), `{"refusal": {missing, explanation}}` or `{"prose": text}`, each with
-optional `usage`
-(`[prompt, completion]`, or null) and `delay_s`.
+optional `usage` (`[prompt, completion]`, or null) and `delay_s`.
 """
 
 from __future__ import annotations
