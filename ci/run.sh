@@ -21,6 +21,9 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # it in a temp folder): about 10 MB of packages, ~15 s to install, ~20 s of tests.
 command -v clickhouse-server >/dev/null 2>&1 || missing+=(clickhouse-server)
 [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
+# Node.js and npm for the example agent not written in Python (examples/agents/node).
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -55,6 +58,9 @@ uv sync --frozen --compile-bytecode
 PYTHONDONTWRITEBYTECODE='' uv run python -m compileall -q -j 0 pytest_backintel analyst stores scenarios reports tests
 # (its exit status is syrupy's "unused snapshots" under --collect-only; the tests step checks)
 PYTHONDONTWRITEBYTECODE='' uv run pytest --collect-only -q -p no:xdist tests scenarios >/dev/null || true
+
+step "the Node example agent's locked packages (package-lock.json)"
+npm ci --prefix examples/agents/node --no-audit --no-fund
 
 step "lint, types, import contracts, schema, references"
 uv run ruff check .

@@ -31,7 +31,7 @@ __all__ = [
     "Usage",
 ]
 
-AnalystKind = Literal["model", "calibration", "custom", "replay"]
+AnalystKind = Literal["model", "calibration", "custom", "replay", "external"]
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,10 @@ class AnalystRun:
     """Set when the analyst failed to produce a contract answer."""
     provider_retries: list[dict[str, Any]] = field(default_factory=list)
     """Every failed attempt at a model request: attempt, error, status, Retry-After, wait."""
+    observed: dict[str, Any] | None = None
+    """What the harness observed of an agent in another process (`--analyst cmd:...`): which
+    usage figures it measured (`usage_source`: gateway, agent or none), how the process ended,
+    its stderr tail, refused requests, whether it was sandboxed; None for in-process agents."""
 
 
 class InfraError(Exception):

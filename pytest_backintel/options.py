@@ -37,6 +37,10 @@ CALIBRATION_ANALYSTS = ("reference", "refuse-all", "perturbed", "unsupported", "
 CALIBRATION_LABEL = "calibration analyst: measures the harness, not a model"
 REPLAY_LABEL = "replay of recorded model responses: no model is called"
 
+UNSAFE_AGENT = (
+    "UNSAFE: the external agent ran unsandboxed (--analyst-unsandboxed); it could read the "
+    "scenarios, references and results, so this run's results cannot be trusted"
+)
 REPLAY_PREFIX = "replay:"
 """`replay:DIR` replays the cassettes of a recorded run (see `analyst.replay`)."""
 
@@ -47,6 +51,8 @@ def spec_kind(spec: str) -> AnalystKind:
         return "calibration"
     if spec.startswith(REPLAY_PREFIX):
         return "replay"
+    if spec.startswith("cmd:"):
+        return "external"
     return "model" if spec == "model" else "custom"
 
 
@@ -108,6 +114,8 @@ class BenchOptions:
     shard: tuple[int, int] | None = None
     """`--shard I/N`: this process runs part I (1-based) of N of the planned trials."""
     shard_durations: Path | None = None
+    analyst_unsandboxed: bool = False
+    """A `cmd:` agent runs outside the sandbox (unsafe: every record says so)."""
     """`--shard-durations RUN_DIR`: balance the shards by that run's recorded latencies."""
     models: tuple[str, ...] = ()
     """`--model A --model B ...`: a model matrix (two or more models; `model` is then None),
@@ -161,13 +169,20 @@ def analyst_spec(value: str) -> str:
                 f"--analyst {value!r}: give the recorded run folder, as in replay:results/<run-id>"
             )
         return value
+    if value.startswith("cmd:"):
+        if not value.removeprefix("cmd:").strip():
+            raise pytest.UsageError(
+                f'--analyst {value!r}: give the agent\'s command, as in cmd:"python my_agent.py"'
+            )
+        return value
     ok = value in (*CALIBRATION_ANALYSTS, "model") or (
         ":" in value and all(part for part in value.split(":", 1))
     )
     if not ok:
         raise pytest.UsageError(
             f"--analyst {value!r} is not an analyst: use one of "
-            f"{', '.join(CALIBRATION_ANALYSTS)}, model, replay:DIR, or pkg.module:callable"
+            f"{', '.join(CALIBRATION_ANALYSTS)}, model, replay:DIR, cmd:COMMAND, or "
+            "pkg.module:callable"
         )
     return value
 
@@ -201,7 +216,15 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help="analyst under test: reference (default without a model), refuse-all, "
         "perturbed, unsupported, careless, model, replay:DIR (a run recorded with --record), "
+        'cmd:"COMMAND" (an agent in its own sandboxed process, using the trial\'s MCP tools), '
         "or pkg.module:callable",
+    )
+    group.addoption(
+        "--analyst-unsandboxed",
+        action="store_true",
+        default=False,
+        help="run a cmd: agent outside the sandbox: UNSAFE, it can read the scenarios, "
+        "references and results; every record says so",
     )
     group.addoption(
         "--model",
@@ -432,4 +455,5 @@ def read_options(config: pytest.Config, models: list[str] | None = None) -> Benc
         retry_blocked=resumed[1],
         shard=config.getoption("--shard"),
         shard_durations=Path(d) if (d := config.getoption("--shard-durations")) else None,
+        analyst_unsandboxed=config.getoption("--analyst-unsandboxed"),
     )

@@ -39,6 +39,13 @@ NOT_COLLECTED: dict[str, str] = {
         "replays the run the command before it recorded; tests/test_replay_analyst.py records "
         "and replays"
     ),
+    (
+        'uv run pytest -m development -k item-grain --analyst "cmd:python '
+        'examples/agents/pydantic_ai_agent.py" --model replay:results/agent-rec'
+    ): (
+        "replays the external agent's run the command before it recorded; "
+        "tests/test_example_agents.py records and replays"
+    ),
     "uv run pytest -m development --resume <run-id>": (
         "finishes a run interrupted before; tests/test_resume_retry.py kills one and resumes it"
     ),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_backintel.cli.store_table import register as register_stores
 from pytest_backintel.run.cleanup import register as register_clean
+from pytest_backintel.run.external.serve import register as register_serve_tools
 from pytest_backintel.run.merge import register as register_merge
 
 if TYPE_CHECKING:
@@ -381,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_clean(sub)
     register_merge(sub)
     register_stores(sub)
+    register_serve_tools(sub)
     for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
         command.load()(sub, {"data": data, "references": refs})
     return parser

@@ -1,4 +1,6 @@
-"""Cassettes: each trial's full Pydantic AI message history, for offline replay.
+"""Cassettes: each trial's full Pydantic AI message history, for offline replay; for an
+external agent, the exchanges the model gateway recorded (`t<trial>.exchanges.json`: each
+request and the response it got, which a replaying gateway serves back).
 
 `--record` writes `results/<run-id>/cassettes/<scenario-id>/t<trial>.json`, the history in
 the JSON form of `ModelMessagesTypeAdapter`. `--analyst replay:DIR` (see `analyst.replay`)
@@ -22,10 +24,13 @@ __all__ = [
     "cassette_path",
     "find_cassette_dir",
     "read_cassette",
+    "read_exchanges",
     "write_cassette",
+    "write_exchanges",
 ]
 
 CASSETTES_DIR = "cassettes"
+EXCHANGES_SUFFIX = ".exchanges.json"
 _KEY = re.compile(r"^(?P<scenario>[A-Za-z0-9][A-Za-z0-9._-]*)/t(?P<trial>[1-9][0-9]*)$")
 
 
@@ -98,4 +103,36 @@ def read_cassette(cassettes: Path, key: str) -> list[dict[str, Any]]:
         raise CassetteError(
             f"cassette {path}: expected a list of messages, got {type(data).__name__}"
         )
+    return data
+
+
+def _exchanges_path(cassettes: Path, key: str) -> Path:
+    path = cassette_path(cassettes, key)
+    return path.with_name(path.stem + EXCHANGES_SUFFIX)
+
+
+def write_exchanges(run_dir: Path, key: str, exchanges: list[dict[str, Any]]) -> Path:
+    """Write the model gateway's exchanges of one trial atomically."""
+    path = _exchanges_path(run_dir / CASSETTES_DIR, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(exchanges, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def read_exchanges(cassettes: Path, key: str) -> list[dict[str, Any]]:
+    """The model gateway's recorded exchanges of the trial `key`, for a replaying gateway."""
+    path = _exchanges_path(cassettes, key)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CassetteError(
+            f"no gateway recording for trial {key!r} at {path}: that trial was not recorded "
+            "through the model gateway (record it with --record)"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise CassetteError(f"gateway recording {path} is not readable JSON: {exc}") from exc
+    if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
+        raise CassetteError(f"gateway recording {path}: expected a list of exchanges")
     return data

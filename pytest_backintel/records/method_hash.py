@@ -8,9 +8,11 @@ top-level package its factory lives in (or the module file itself).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,10 @@ def package_files(module: str) -> tuple[list[Path], Path] | None:
 
 
 def method_hash(spec: str, kind: str, settings: dict[str, Any]) -> str | None:
-    """sha256 over the measured analyst's files (and a model analyst's `settings`)."""
+    """sha256 over the measured analyst's files (and a model analyst's `settings`); for an
+    external agent (`cmd:`), its command, its folder's files and the model settings."""
+    if kind == "external":
+        return _external_hash(spec, settings)
     module = spec.partition(":")[0] if kind == "custom" else "analyst"
     found = package_files(module)
     if found is None:
@@ -76,3 +81,19 @@ def model_api_of(opts: BenchOptions) -> str | None:
     from analyst.models import model_api
 
     return model_api(opts.model, opts.model_base_url)
+
+
+def _external_hash(spec: str, settings: dict[str, Any]) -> str:
+    """The command, every file of the folder of the first file it names (the folder mounted
+    for the agent), and the model settings its requests go through."""
+    command = spec.removeprefix("cmd:").strip()
+    files: list[Path] = []
+    root: Path | None = None
+    with contextlib.suppress(ValueError):
+        for arg in shlex.split(command):
+            if Path(arg).is_file():
+                root = Path(arg).resolve().parent
+                files = [p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+                break
+    text = json.dumps({"command": command, **settings}, sort_keys=True, default=str)
+    return hashlib.sha256(f"{hash_files(files, root)}\n{text}".encode()).hexdigest()

@@ -21,7 +21,13 @@ import pytest
 
 from pytest_backintel import __version__
 from pytest_backintel.analyst_api import AnalystLimits
-from pytest_backintel.options import CALIBRATION_ANALYSTS, BenchOptions, analyst_label, spec_kind
+from pytest_backintel.options import (
+    CALIBRATION_ANALYSTS,
+    UNSAFE_AGENT,
+    BenchOptions,
+    analyst_label,
+    spec_kind,
+)
 from pytest_backintel.records.attempts import retried
 from pytest_backintel.records.method_hash import analyst_method_hash, model_api_of
 from pytest_backintel.records.parts import read_shard, record_resumption
@@ -119,7 +125,9 @@ def records_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
         "trials_recorded": len(records),
         "usage_unreported_trials": unmetered,
-        "warnings": ([w] if (w := no_usage_warning(unmetered)) else []) + probe_warnings(records),
+        "warnings": ([UNSAFE_AGENT] if any(r.get("unsafe") for r in records) else [])
+        + ([w] if (w := no_usage_warning(unmetered)) else [])
+        + probe_warnings(records),
         "probe_gaps": sorted({g for r in records for g in r.get("probe_gaps") or []}),
         "unguarded_trials": sum(1 for r in records if r.get("probe_unguarded")),
         "intervals": run_intervals(records),
@@ -154,7 +162,10 @@ def run_header(
             "spec": opts.analyst,
             "calibration": opts.analyst in CALIBRATION_ANALYSTS,
             "kind": spec_kind(opts.analyst),
-            "label": analyst_label(opts.analyst) or "model under test",
+            "label": UNSAFE_AGENT
+            if opts.analyst_unsandboxed
+            else analyst_label(opts.analyst) or "model under test",
+            **({"unsafe": UNSAFE_AGENT} if opts.analyst_unsandboxed else {}),
         },
         "model": opts.model,
         "model_base_url": opts.model_base_url,

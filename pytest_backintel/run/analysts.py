@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.options import CALIBRATION_ANALYSTS, REPLAY_PREFIX
+from pytest_backintel.run.external.agent import external_analyst
+from pytest_backintel.run.external.command import CMD_PREFIX, AgentCommandError
 
 __all__ = ["AnalystLoadError", "load_analyst"]
 
@@ -18,8 +21,17 @@ class AnalystLoadError(Exception):
     """`--analyst` named something that could not be loaded or is not an analyst."""
 
 
-def load_analyst(spec: str, config: AnalystConfig) -> Analyst:
-    """Import `pkg.module:callable` (or a built-in name), call it with `config`, check it."""
+def load_analyst(
+    spec: str, config: AnalystConfig, *, unsandboxed: bool = False, cwd: Path | None = None
+) -> Analyst:
+    """Import `pkg.module:callable` (or a built-in name), call it with `config`, check it;
+    `cmd:COMMAND` is an agent in its own process (`run/external`), sandboxed unless
+    `unsandboxed`."""
+    if spec.startswith(CMD_PREFIX):
+        try:
+            return external_analyst(spec, config, unsandboxed=unsandboxed, cwd=cwd)
+        except AgentCommandError as exc:
+            raise AnalystLoadError(str(exc)) from exc
     replay = spec.startswith(REPLAY_PREFIX)
     target = "analyst.replay:replay_analyst" if replay else _BUILTIN.get(spec, spec)
     module_name, _, attr = target.partition(":")

@@ -32,11 +32,12 @@ trial holds up the reports behind it)."""
 def trials_in_flight(
     option: int | None, analyst_kind: str, max_connections: int | None = None
 ) -> int:
-    """`--concurrency N`, or for `auto` (None) with a model analyst `AUTO_CONCURRENCY` (twice
-    `--max-connections` when that is larger, so a request waits whenever one ends), else 1."""
+    """`--concurrency N`, or for `auto` (None) with a model analyst or an external agent (each
+    its own process, waiting on its model) `AUTO_CONCURRENCY` (twice `--max-connections` when
+    that is larger, so a request waits whenever one ends), else 1."""
     if option:
         return option
-    if analyst_kind != "model":
+    if analyst_kind not in ("model", "external"):
         return 1
     return max(AUTO_CONCURRENCY, 2 * (max_connections or 0))
 

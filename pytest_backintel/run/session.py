@@ -33,7 +33,7 @@ from pytest_backintel.freeze.lock import (
 from pytest_backintel.options import BenchOptions, read_options, spec_kind
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records import run_folder
-from pytest_backintel.records.cassettes import case_key, write_cassette
+from pytest_backintel.records.cassettes import case_key, write_cassette, write_exchanges
 from pytest_backintel.records.html_report import RECORD_KEY, junit_properties
 from pytest_backintel.records.interrupted import counts_in_pytest, mark_unreported, part_lengths
 from pytest_backintel.records.live import LIVE
@@ -143,6 +143,7 @@ class BenchSession:
             self._analyst = load_analyst(
                 opts.analyst,
                 AnalystConfig(opts.model, opts.model_base_url, opts.limits, opts.max_connections),
+                unsandboxed=opts.analyst_unsandboxed,
             )
         return self._analyst
 
@@ -415,6 +416,8 @@ class BenchSession:
         self.streak.settle(result.score.outcome)
         if self.options.record:
             write_cassette(folder, key, result.run)
+            if result.run is not None and result.run.observed is not None:  # an external agent
+                write_exchanges(folder, key, result.run.observed.get("exchanges") or [])
         judge = judge_trial(self.options.judge_model, model, scenario, result.run)
         extra = {"trace_id": trace_id, "cost_usd": cost, "case_key": key, "judge": judge}
         self.write_record(item, result.score.outcome.value, result.to_record() | extra)

@@ -33,6 +33,7 @@ from pytest_backintel.evidence.reexecute import (
     reexecute,
 )
 from pytest_backintel.evidence.values import jsonable
+from pytest_backintel.options import UNSAFE_AGENT
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records.writer import NO_USAGE_TRIAL, unguarded_warning
 from pytest_backintel.run.scope import observed_reads
@@ -104,7 +105,7 @@ class TrialResult:
             "evidence": [e.to_json() for e in self.evidence],
             "evidence_budget": self.evidence_budget,
             "usage": run.usage.to_json() if run else None,
-            "warnings": ([NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else [])
+            "warnings": _warnings(run)
             + ([unguarded_warning(self.probe_unguarded)] if self.probe_unguarded else []),
             "probe_gaps": self.probe_gaps,
             "probe_unguarded": self.probe_unguarded,
@@ -117,7 +118,25 @@ class TrialResult:
             "latency_s": round(self.latency_s, 4),
             "fingerprint_before": self.fingerprint_before,
             "fingerprint_after": self.fingerprint_after,
+            **_external(run),
         }
+
+
+def _warnings(run: AnalystRun | None) -> list[str]:
+    unsafe = run is not None and run.observed is not None and not run.observed.get("sandboxed")
+    return ([UNSAFE_AGENT] if unsafe else []) + (
+        [NO_USAGE_TRIAL] if run and not run.usage.tokens_reported else []
+    )
+
+
+def _external(run: AnalystRun | None) -> dict[str, Any]:
+    """An external agent's observed facts (`AnalystRun.observed`), for its record only."""
+    if run is None or run.observed is None:
+        return {}
+    usage_source = run.observed.get("usage_source", "none")
+    unsafe = {} if run.observed.get("sandboxed", True) else {"unsafe": UNSAFE_AGENT}
+    observed = {k: v for k, v in run.observed.items() if k != "exchanges"}
+    return {"external": observed, "usage_source": usage_source, **unsafe}
 
 
 def calibration_key(scenario: Scenario, dialect: str = SOURCE_DIALECT) -> CalibrationKey:

@@ -159,8 +159,12 @@ class BwrapProvider(SandboxProvider):
         status_fd: int,
         payload: Sequence[str] = (),
         channel: Path | None = None,
+        mounts: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> list[str]:
-        """The full bwrap command line of one execution (empty payload: code on stdin)."""
+        """The full bwrap command line of one execution (empty payload: code on stdin);
+        `mounts` are further bwrap mount arguments, `env` further variables (an external
+        agent's folder, sockets and question)."""
         mount = store_inside(store)
         args = [self._exe, "--unshare-all", "--die-with-parent", "--new-session"]
         args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox"]
@@ -172,8 +176,8 @@ class BwrapProvider(SandboxProvider):
         if store is not None and mount is not None:
             args += ["--ro-bind", str(store), mount]
         args += _channel_args(channel)
-        args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
-        for key, value in sorted(isolated_env(limits, store, channel).items()):
+        args += [*mounts, "--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
+        for key, value in sorted({**isolated_env(limits, store, channel), **(env or {})}.items()):
             args += ["--setenv", key, value]
         spec = launcher_spec(
             limits,
@@ -194,6 +198,8 @@ class BwrapProvider(SandboxProvider):
         store: Path | None,
         limits: Limits,
         channel: Path | None = None,
+        mounts: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> ExecResult:
         """One execution in a fresh bwrap over `workspace`."""
         read_fd, write_fd = os.pipe()
@@ -205,6 +211,8 @@ class BwrapProvider(SandboxProvider):
             status_fd=write_fd,
             payload=payload,
             channel=channel,
+            mounts=mounts,
+            env=env,
         )
         return run_confined(
             argv,

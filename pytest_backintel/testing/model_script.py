@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "completion_body",
     "model_and_match",
     "parse_steps",
+    "table_values",
     "user_prompt",
 ]
 
@@ -73,6 +74,10 @@ class Step:
     """Latency before the response is sent."""
     failures: tuple[Failure, ...] = ()
     """The first attempts at this step fail like this, one failure per attempt."""
+    fill_from_result: bool = False
+    """Fill the `value` of each metric in the call's arguments from the last tool result in
+    the request (a tab-separated table with a column named as the metric), as a model reads
+    the result of its query: the values come from the store, through the agent's tools."""
 
     @classmethod
     def call(cls, tool: str, args: Mapping[str, Any] | str | None = None, **kw: Any) -> Step:
@@ -89,6 +94,40 @@ class Step:
         """A contract answer through the agent's answer output tool."""
         args = {"metrics": list(metrics), "evidence": list(evidence), "method": method}
         return cls.call(ANSWER_TOOL, args | {"caveats": []}, **kw)
+
+    @classmethod
+    def answer_from_result(
+        cls,
+        tool: str,
+        metrics: Sequence[Mapping[str, Any]],
+        evidence: Sequence[Mapping[str, Any]],
+        method: str = "scripted",
+        **kw: Any,
+    ) -> Step:
+        """A call of the answer tool `tool` (e.g. an MCP server's `submit_answer`) whose metric
+        values are read from the last tool result of the conversation (`fill_from_result`)."""
+        args = {
+            "metrics": [{**m, "value": None} for m in metrics],
+            "evidence": list(evidence),
+            "method": method,
+            "caveats": [],
+        }
+        return cls.call(tool, args, fill_from_result=True, **kw)
+
+    def filled(self, table: str) -> Step:
+        """This step with its metric values read from `table` (tab-separated text); a metric
+        whose column is not there keeps `None`."""
+        if not self.fill_from_result:
+            return self
+        calls = []
+        for name, args in self.tool_calls:
+            if isinstance(args, Mapping) and isinstance(args.get("metrics"), list):
+                names = [str(m.get("name")) for m in args["metrics"]]
+                values = table_values(table, names)
+                metrics = [{**m, "value": values.get(str(m.get("name")))} for m in args["metrics"]]
+                args = {**args, "metrics": metrics}
+            calls.append((name, args))
+        return replace(self, tool_calls=tuple(calls), fill_from_result=False)
 
     @classmethod
     def refusal(cls, missing: Sequence[str], explanation: str, **kw: Any) -> Step:
@@ -143,6 +182,27 @@ class Received:
     """`time.time()` when its reply was sent (None: no reply, or not yet)."""
 
 
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def table_values(table: str, names: Sequence[str]) -> dict[str, Any]:
+    """The first row under the first tab-separated header line that names every one of
+    `names`: `{name: value}` (numbers as numbers); {} when there is no such table."""
+    lines = table.splitlines()
+    for at, line in enumerate(lines[:-1]):
+        header = line.split("\t")
+        if all(n in header for n in names):
+            row = lines[at + 1].split("\t")
+            return {n: _number(row[header.index(n)]) for n in names if header.index(n) < len(row)}
+    return {}
+
+
 def user_prompt(messages: Sequence[Mapping[str, Any]]) -> str:
     parts: list[str] = []
     for msg in messages:
@@ -190,7 +250,7 @@ def completion_body(model: str, step: Step, index: int) -> dict[str, Any]:
     return body
 
 
-_KINDS = ("call", "answer", "refusal", "prose")
+_KINDS = ("call", "answer", "answer_from_result", "refusal", "prose")
 
 
 def _step(turn: Any, where: str) -> Step:
@@ -208,6 +268,11 @@ def _step(turn: Any, where: str) -> Step:
         return Step.answer(
             body["metrics"], body["evidence"], body.get("method", "scripted"), **extra
         )
+    if "answer_from_result" in turn:
+        body = turn["answer_from_result"]
+        tool = str(body.get("tool", "submit_answer"))
+        method = body.get("method", "scripted")
+        return Step.answer_from_result(tool, body["metrics"], body["evidence"], method, **extra)
     if "refusal" in turn:
         return Step.refusal(turn["refusal"]["missing"], turn["refusal"]["explanation"], **extra)
     return Step.prose(str(turn["prose"]), **extra)

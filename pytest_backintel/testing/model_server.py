@@ -1,4 +1,5 @@
-"""A real OpenAI-compatible HTTP server on 127.0.0.1 for tests: Chat Completions, scripted.
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 for tests, scripted: Chat Completions,
+and also the OpenAI Responses and Anthropic Messages APIs, each whole or streamed (SSE).
 
 Tests point `--model openai:<name> --model-base-url <server.url>` at it, so the real `openai`
 client behind Pydantic AI's OpenAI provider speaks the real wire protocol to it. Each `Script`
@@ -17,8 +18,9 @@ answers). `unused_url()` gives a base URL where nothing listens (a refused conne
 From the command line, `python -m pytest_backintel.testing.model_server --scripts F.json
 [--port N]` prints its base URL and serves until interrupted. The JSON maps a question
 substring to turns: `{"call": tool, "args": {...}}`, `{"answer": {metrics, evidence, method}}`,
-`{"refusal": {missing, explanation}}` or `{"prose": text}`, each with optional `usage`
-(`[prompt, completion]`, or null) and `delay_s`.
+`{"answer_from_result": {metrics: [{name, unit}], evidence, tool?}}` (the values read from the
+last tool result), `{"refusal": {missing, explanation}}` or `{"prose": text}`, each with
+optional `usage` (`[prompt, completion]`, or null) and `delay_s`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from pytest_backintel.testing.model_formats import (
+    Api,
+    api_of,
+    conversation,
+    last_tool_output,
+    reply_body,
+    reply_events,
+)
 from pytest_backintel.testing.model_script import (
     ANSWER_TOOL,
     REFUSAL_TOOL,
@@ -44,10 +54,8 @@ from pytest_backintel.testing.model_script import (
     Received,
     Script,
     Step,
-    completion_body,
     model_and_match,
     parse_steps,
-    user_prompt,
 )
 
 __all__ = [
@@ -105,17 +113,19 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         request = json.loads(self.rfile.read(length) or b"{}")
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        api = api_of(self.path)
+        if api is None:
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
-        self._complete(request)
+        self._complete(api, request)
 
-    def _complete(self, request: dict[str, Any]) -> None:
+    def _complete(self, api: Api, request: dict[str, Any]) -> None:
         state = self.server.state
-        messages = request.get("messages") or []
-        prompt = user_prompt(messages)
-        index = sum(1 for m in messages if m.get("role") == "assistant")
-        tools = [t.get("function", {}).get("name", "") for t in request.get("tools") or []]
+        prompt, index, tools = conversation(api, request)
+        raw_input = request.get("input")
+        messages = request.get("messages") or (
+            [{"role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input
+        )
         with state.lock:
             model = request.get("model")
             script = next((s for s in state.scripts if s.serves(prompt, model)), None)
@@ -130,7 +140,7 @@ class _Handler(BaseHTTPRequestHandler):
                 attempt,
                 tools,
                 "",
-                messages=list(messages),
+                messages=list(messages or []),
                 received_at=time.time(),
             )
             state.requests.append(seen)
@@ -143,15 +153,32 @@ class _Handler(BaseHTTPRequestHandler):
             error = {"message": f"test server: {seen.reply} for this conversation (step {index})"}
             self._send(400, {"error": error | {"type": "invalid_request_error"}})
             return
-        step = script.steps[index]
+        step = script.steps[index].filled(last_tool_output(api, request))
         if attempt < len(step.failures):
             self._fail(step.failures[attempt], seen)
             return
         if step.delay_s and state.stopping.wait(step.delay_s):
             return
         seen.reply, seen.usage = "ok", step.usage
-        self._send(200, completion_body(str(request.get("model")), step, index))
+        model = str(request.get("model"))
+        if request.get("stream"):
+            wants_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+            self._stream(reply_events(api, model, step, index, wants_usage))
+        else:
+            self._send(200, reply_body(api, model, step, index))
         seen.answered_at = time.time()
+
+    def _stream(self, events: list[bytes]) -> None:
+        """Server-sent events, then the connection closes (the end of the body)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for event in events:
+            self.wfile.write(event)
+            self.wfile.flush()
+        self.close_connection = True
 
     def _fail(self, failure: Failure, seen: Received) -> None:
         if failure.kind == "hang":
