@@ -12,7 +12,6 @@ from typing import TypeVar
 import pytest
 
 from pytest_backintel.analyst_api import AnalystKind, AnalystLimits
-from pytest_backintel.power import resolve_trials
 from pytest_backintel.sandbox.registry import default_sandbox
 from pytest_backintel.scenario import SOURCE_KINDS
 
@@ -400,9 +399,14 @@ def _resumed(config: pytest.Config) -> tuple[str | None, bool]:
     return run, bool(retry)
 
 
-def read_options(config: pytest.Config, models: list[str] | None = None) -> BenchOptions:
+def read_options(
+    config: pytest.Config,
+    models: list[str] | None = None,
+    trials: Callable[[int | str], int] = int,
+) -> BenchOptions:
     """The options; `models` are the checked `--model` values, or a suite file's models
-    (`pytest_backintel.run.matrix.models_of`); None reads `--model` as given."""
+    (`pytest_backintel.run.matrix.models_of`); None reads `--model` as given; `trials` turns
+    `--trials` (a number, or `auto:EFFECT:BASELINE`) into a count."""
     explicit = config.getoption("--analyst")
     models = list(config.getoption("--model") or []) if models is None else models
     model = models[0] if len(models) == 1 else None
@@ -424,7 +428,7 @@ def read_options(config: pytest.Config, models: list[str] | None = None) -> Benc
         model=model,
         model_base_url=base_url or None,
         store=config.getoption("--store"),
-        trials=resolve_trials(config.getoption("--trials")),
+        trials=trials(config.getoption("--trials")),
         concurrency=config.getoption("--concurrency"),
         max_connections=config.getoption("--max-connections"),
         results_dir=Path(config.getoption("--results-dir")),

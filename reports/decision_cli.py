@@ -16,7 +16,7 @@ __all__ = ["register"]
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from pytest_backintel.power import PlanError, baseline_outcomes, make_plan
+    from pytest_backintel.records.power import PlanError, baseline_outcomes, make_plan
 
     try:
         plan = make_plan(

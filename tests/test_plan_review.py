@@ -13,7 +13,7 @@ import pytest
 from helpers import FEW
 from scipy.stats import norm
 
-from pytest_backintel.power import PlanError, make_plan, parse_auto_trials
+from pytest_backintel.records.power import PlanError, make_plan, parse_auto_trials
 from reports.cli import main
 from reports.testing import header, record, write_run
 
@@ -37,7 +37,7 @@ def textbook_n(sigma_d: float, delta: float, alpha: float = 0.05, power: float =
 
 
 def test_plan_agrees_with_the_textbook_paired_formula(tmp_path: Path) -> None:
-    from pytest_backintel.power import baseline_outcomes
+    from pytest_backintel.records.power import baseline_outcomes
 
     plan = make_plan(baseline_outcomes(worked_example(tmp_path / "base")), effect=0.1)
     # within-case variance: p(1 - p) * m / (m - 1) = 0.1875 * 4 / 3 = 0.25 for every case

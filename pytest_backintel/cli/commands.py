@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import difflib
-import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from pytest_backintel.cli.common import rebound
+from pytest_backintel.cli.score import score_command
 from pytest_backintel.cli.store_table import register as register_stores
 from pytest_backintel.run.cleanup import register as register_clean
 from pytest_backintel.run.external.serve import register as register_serve_tools
 from pytest_backintel.run.merge import register as register_merge
 
 if TYPE_CHECKING:
-    from pytest_backintel.scenario import Scenario
+    pass
 
 __all__ = ["main"]
 
 # What a subcommand needs (pydantic, pyarrow, DuckDB, pytest) is imported by its handler, so
 # `backintel --help` and argument errors answer at once (tests/test_cli_imports.py).
-ROOT = Path(__file__).resolve().parents[2]
-"""The checkout: where the shipped benchmark's scenarios and manifests live."""
 COMMANDS_GROUP = "backintel.commands"
 """Entry points `register(subparsers, groups)` adding a package's own subcommands."""
 
@@ -53,23 +51,10 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rebound(args: argparse.Namespace, command: str) -> bool:
-    """Apply the command's `--dataset ALIAS=KIND:SOURCE` rebindings; False (said) if one is bad."""
-    from pytest_backintel.collect.suites import rebind
-    from pytest_backintel.options import parse_rebinding
-
-    try:
-        rebind(dict(parse_rebinding(d) for d in args.dataset), Path.cwd())
-    except ValueError as exc:
-        print(f"backintel {command}: {exc}", file=sys.stderr)
-        return False
-    return True
-
-
 def _validate(args: argparse.Namespace) -> int:
     from pytest_backintel.collect.validate import validate_paths
 
-    if not _rebound(args, "validate"):
+    if not rebound(args, "validate"):
         return 2
     problems = validate_paths([Path(p) for p in args.paths or ["."]], world_queries=args.worlds)
     for line in problems:
@@ -82,7 +67,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _references_build(args: argparse.Namespace) -> int:
     from pytest_backintel.collect.references import build_locks
 
-    if not _rebound(args, "references build"):
+    if not rebound(args, "references build"):
         return 2
     done, problems = build_locks(
         [Path(p) for p in args.paths or ["."]],
@@ -106,170 +91,6 @@ def _data_build(args: argparse.Namespace) -> int:
     files = world.ensure_built(data_dir(Path.cwd()), snapshot=args.snapshot)
     print(f"{args.world}: {files.parquet_dir} (data hash {world.data_hash(files)})")
     return 0
-
-
-def _find_case(case_id: str) -> tuple[Scenario, Path | None] | None:
-    from pytest_backintel.collect.loading import find_scenarios
-    from pytest_backintel.collect.manifests import find_manifest_case
-
-    scenarios = find_scenarios()
-    if case_id in scenarios:
-        return scenarios[case_id][1], None
-    found = find_manifest_case(ROOT, case_id)
-    return (found[1], found[0]) if found is not None else None
-
-
-def _run_finder(run: Path) -> Callable[[dict[str, Any]], tuple[Scenario, Path | None] | None]:
-    """A record's scenario: its recorded file (with the run's `--dataset` rebindings), else
-    the suites under the current folder, else the shipped benchmark."""
-    from pytest_backintel.collect.loading import load_scenario_file
-    from pytest_backintel.collect.references import discover
-    from pytest_backintel.collect.suites import rebind
-    from pytest_backintel.options import parse_rebinding
-    from pytest_backintel.records.writer import read_json
-
-    header = read_json(run / "run.json") if (run / "run.json").is_file() else {}
-    rebinds = header.get("datasets") or {}  # sources as absolute paths or DSN variables
-    rebind(dict(parse_rebinding(f"{a}={b}") for a, b in rebinds.items()), Path.cwd())
-    local: dict[str, tuple[Path, Scenario]] | None = None
-
-    def find(record: dict[str, Any]) -> tuple[Scenario, Path | None] | None:
-        nonlocal local
-        file = record.get("scenario_file")
-        if file and Path(file).is_file():
-            return load_scenario_file(Path(file)), None
-        case_id = str(record["scenario_id"])
-        if local is None:
-            local = {s.id: (p, s) for p, s in discover([Path.cwd()])}
-        if case_id in local:
-            return local[case_id][1], None
-        return _find_case(case_id)
-
-    return find
-
-
-def _rescore(args: argparse.Namespace) -> int:
-    """Score every recorded answer of a run again; fail on any outcome that differs."""
-    from pytest_backintel.collect.loading import ScenarioFileError
-    from pytest_backintel.collect.lockfile import LockError
-    from pytest_backintel.collect.worlds import data_dir
-    from pytest_backintel.records.writer import read_records
-    from pytest_backintel.run.hand_score import HandScorer, rescore_run
-
-    path = Path(args.run) / "records.jsonl"
-    if not path.is_file():
-        print(f"backintel score --run: no {path}", file=sys.stderr)
-        return 2
-    scorers: dict[str, HandScorer] = {}
-
-    def scorer_for(store: str) -> HandScorer:
-        if store not in scorers:
-            scorers[store] = HandScorer(data_dir(Path.cwd()), store=store, sandbox=args.sandbox)
-        return scorers[store]
-
-    try:
-        found = rescore_run(read_records(path), _run_finder(Path(args.run)), scorer_for)
-    except (ScenarioFileError, LockError) as exc:
-        print(f"backintel score --run: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        for scorer in scorers.values():
-            scorer.close()
-    scored, wrong, missing = found
-    for line in wrong + missing:
-        print(line, file=sys.stderr)
-    failed = sum(o != "pass" for o in scored)
-    print(
-        f"{len(scored)} recorded answers scored again: {len(scored) - len(wrong)} agree with "
-        f"the trial"
-        + (f", {len(wrong)} disagree" if wrong else "")
-        + (f"; {len(missing)} answer(s) of cases not found" if missing else "")
-        + f"; {len(scored) - failed} pass, {failed} fail"
-    )
-    return 1 if wrong or missing or failed else 0
-
-
-def _score(args: argparse.Namespace) -> int:
-    """Score one hand-written answer against one scenario, exactly as a trial would."""
-    import pytest
-    from pydantic import ValidationError
-
-    from pytest_backintel.collect.backends import store_spec
-    from pytest_backintel.collect.loading import (
-        ScenarioFileError,
-        find_scenarios,
-        load_scenario_file,
-    )
-    from pytest_backintel.collect.manifests import find_manifest_case
-    from pytest_backintel.collect.references import discover
-    from pytest_backintel.collect.worlds import data_dir
-    from pytest_backintel.contract import parse_answer
-    from pytest_backintel.run.hand_score import HandScorer
-    from stores.base import StoreError
-
-    if args.run:
-        return _rescore(args)
-    if not _rebound(args, "score"):
-        return 2
-    if not (args.case or args.scenario) or not args.answer:
-        print(
-            "backintel score: give --case or --scenario and an answer file, or --run",
-            file=sys.stderr,
-        )
-        return 2
-    if args.scenario is not None:
-        scenario = load_scenario_file(Path(args.scenario))
-        scenarios, args.case = {scenario.id: (Path(args.scenario), scenario)}, scenario.id
-    else:  # the suites under the current folder, then the shipped benchmark
-        try:
-            scenarios = {s.id: (p, s) for p, s in discover([Path.cwd()])} | find_scenarios()
-        except ScenarioFileError as exc:
-            print(f"{exc}\n(fix it, or name the case's file with --scenario)", file=sys.stderr)
-            return 2
-    manifest_case = None if args.case in scenarios else find_manifest_case(ROOT, args.case)
-    if args.case in scenarios:
-        scenario = scenarios[args.case][1]
-    elif manifest_case is not None:
-        scenario = manifest_case[1]
-    else:
-        close = difflib.get_close_matches(args.case, list(scenarios), n=3)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        print(f"unknown case {args.case!r}.{hint}", file=sys.stderr)
-        return 2
-    try:
-        output = parse_answer(Path(args.answer).read_bytes())
-    except ValidationError as exc:
-        print(f"{args.answer}: not a contract answer:\n{exc}", file=sys.stderr)
-        return 2
-    scorer = HandScorer(data_dir(Path.cwd()), store=args.store, sandbox=args.sandbox)
-    try:
-        score, evidence = scorer.score(
-            scenario, output, manifest_case[0] if manifest_case is not None else None
-        )
-    except (pytest.UsageError, StoreError) as exc:
-        print(f"backintel score: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        try:
-            scorer.close()
-        except StoreError as exc:  # the score stands; what is left, `backintel clean` removes
-            print(f"backintel score: cleaning up: {exc}", file=sys.stderr)
-    print(
-        json.dumps(
-            {
-                "case": scenario.id,
-                "store": store_spec(scenario, args.store),
-                "outcome": score.outcome.value,
-                "reasons": [r.message for r in score.reasons],
-                "evidence": [e.to_json() for e in evidence],
-                "probe_gaps": scorer.probe_gaps,
-                "probe_unguarded": scorer.probe_unguarded,
-            },
-            indent=2,
-            default=str,
-        )
-    )
-    return 0 if score.outcome.passed else 1
 
 
 def _freeze_check(args: argparse.Namespace) -> int:
@@ -369,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="score against another binding of a dataset alias (as a run's --dataset)",
     )
     p.add_argument("answer", nargs="?", help="the answer's JSON file")
-    p.set_defaults(func=_score)
+    p.set_defaults(func=score_command)
     freeze = sub.add_parser("freeze", help="frozen runs").add_subparsers(
         dest="freeze_cmd", required=True
     )

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_backintel.records.attempts import final_rows, retried
-from pytest_backintel.records.matrix_folder import is_matrix, write_matrix
 from pytest_backintel.records.parts import plan_hash, read_shard
 from pytest_backintel.records.writer import (
     now_iso,
@@ -216,6 +215,8 @@ def merge_runs(out: Path, paths: list[Path]) -> Merged:
         shutil.copy(parts[0].path / LOCK, out / LOCK)
     header = _merged_header(out, parts, records) | {"spans": spans}
     write_json(out / "run.json", header)
+    from pytest_backintel.records.matrix_folder import is_matrix, write_matrix  # numpy: here
+
     if is_matrix(header):  # each model's run folder and the leaderboard, from every part
         for slug in header["matrix"]["folders"].values():
             for part in parts:  # a recorded matrix keeps each model's cassettes in its folder

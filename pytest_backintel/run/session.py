@@ -38,6 +38,7 @@ from pytest_backintel.records.html_report import RECORD_KEY, junit_properties
 from pytest_backintel.records.interrupted import counts_in_pytest, mark_unreported, part_lengths
 from pytest_backintel.records.live import LIVE
 from pytest_backintel.records.matrix_folder import write_matrix
+from pytest_backintel.records.power import resolve_trials
 from pytest_backintel.records.writer import (
     RecordWriter,
     merge_parts,
@@ -81,7 +82,9 @@ class BenchSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.options: BenchOptions = run_folder.replayed(read_options(config, models_of(config)))
+        self.options: BenchOptions = run_folder.replayed(
+            read_options(config, models_of(config), resolve_trials)
+        )
         self.matrix = ModelMatrix.of(self.options)  # None: one model, or none
         self.root = config.rootpath
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)

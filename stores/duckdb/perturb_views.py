@@ -34,7 +34,8 @@ from stores.common.view_plan import (
     write_done,
 )
 from stores.duckdb.probe import DuckDBProbeStore, materialise
-from stores.duckdb.source import DuckDBSource, DuckDBSourceStore, quote_ident
+from stores.duckdb.reading import DuckDBSource
+from stores.duckdb.source import DuckDBSourceStore, quote_ident
 from stores.probe import TablePlan
 
 __all__ = [

@@ -30,7 +30,7 @@ from pathlib import Path
 import duckdb
 
 from stores.base import StoreError
-from stores.duckdb.source import DuckDBSource, lock_down
+from stores.duckdb.reading import DuckDBSource, lock_down
 from stores.engine.common import BASE_CONFIG, DuckDBSession, quote_ident, quote_literal
 from stores.engine.process import IsolatedSession
 from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore
