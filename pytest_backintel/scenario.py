@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -20,6 +20,16 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     model_serializer,
     model_validator,
+)
+
+from pytest_backintel.tolerance import (
+    CRITERION,
+    HIGHER_IS_BETTER,
+    PREDICTION_METRICS,
+    ColumnSpec,
+    MetricKind,
+    MetricSpec,
+    PredictionSpec,
 )
 
 __all__ = [
@@ -42,21 +52,7 @@ __all__ = [
     "Split",
 ]
 
-TextStep = Literal["strip", "casefold", "collapse_whitespace"]
-
 SLUG = r"^[a-z0-9][a-z0-9_.-]*$"
-
-
-class MetricKind(StrEnum):
-    """How a metric is compared: counts exact, currency to half a minor unit, ratios and
-    durations to 1e-6 absolute, text exact after normalisation, tables row by row."""
-
-    COUNT = "count"
-    CURRENCY = "currency"
-    RATIO = "ratio"
-    DURATION = "duration"
-    TEXT = "text"
-    TABLE = "table"
 
 
 class Split(StrEnum):
@@ -67,49 +63,11 @@ class Split(StrEnum):
 
 class _Strict(BaseModel):
     """The attribute docstrings below describe the fields in the JSON Schema; they are read
-    when the schema is rendered (`collect.loading.scenario_json_schema`), not at import
-    (pydantic's `use_attribute_docstrings` reads this file's source for every class)."""
+    when the schema is rendered (`collect.loading.scenario_json_schema`, from this file and
+    `tolerance.py`, where the metric and prediction specs live), not at import (pydantic's
+    `use_attribute_docstrings` reads this file's source for every class)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ColumnSpec(_Strict):
-    """One column of a table metric."""
-
-    name: str = Field(min_length=1)
-    kind: Literal["count", "currency", "ratio", "duration", "text"]
-
-
-class MetricSpec(_Strict):
-    """A requested metric: reported exactly once, compared by its kind."""
-
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    """The name the answer must use (snake_case)."""
-    kind: MetricKind
-    unit: str = Field(min_length=1)
-    """The declared unit, e.g. `orders`, `BRL`, `ratio`, `days`."""
-    description: str = ""
-    columns: list[ColumnSpec] = Field(default_factory=list)
-    """Table metrics only: the columns, each compared by its own kind."""
-    key: list[str] = Field(default_factory=list)
-    """Table metrics only: columns that identify a row."""
-    ordered: bool = False
-    """Table metrics only: whether row order is part of the answer."""
-    normalize: list[TextStep] = Field(default_factory=lambda: list[TextStep](["strip"]))
-    """Text values (and text cells): normalisations applied before exact comparison."""
-
-    @model_validator(mode="after")
-    def _table_fields(self) -> MetricSpec:
-        is_table = self.kind is MetricKind.TABLE
-        if is_table and not self.columns:
-            raise ValueError("a table metric needs `columns`")
-        if not is_table and (self.columns or self.key):
-            raise ValueError("`columns` and `key` belong to table metrics only")
-        names = {c.name for c in self.columns}
-        unknown = [k for k in self.key if k not in names]
-        if unknown:
-            raise ValueError(f"key columns {unknown} are not among the columns {sorted(names)}")
-        return self
 
 
 class RefusalSpec(_Strict):
@@ -290,70 +248,6 @@ class DatasetBinding(_Strict):
         raw = Path(self.source or "").expanduser()
         base = self._source_dir or self._base_dir or Path.cwd()
         return raw if raw.is_absolute() else (base / raw).resolve()
-
-
-PREDICTION_METRICS = {
-    "classification": ("auroc", "average_precision", "log_loss", "brier"),
-    "regression": ("mae",),
-}
-"""The metrics a prediction criterion may name, per task kind (all computed by scikit-learn)."""
-HIGHER_IS_BETTER = frozenset({"auroc", "average_precision"})
-CRITERION = re.compile(
-    r"^\s*(?P<metric>[a-z_]+)\s*(?P<op>>=|<=)\s*baseline"
-    r"(?:\s*(?P<sign>[+-])\s*(?P<margin>\d+(?:\.\d+)?))?\s*$"
-)
-"""A pass criterion: `<metric> >= baseline + <margin>` or `<metric> <= baseline - <margin>`."""
-
-
-class PredictionSpec(_Strict):
-    """A prediction scenario: the store holds a training cohort with labels and a scoring
-    cohort without them; the scoring labels stay with the evaluator (the reference), loaded
-    only after the analyst answered. The answer's one table metric holds a prediction per
-    scoring entity, cited by the Python program that trained and predicted."""
-
-    kind: Literal["classification", "regression"]
-    """`classification`: a probability of the positive class (label 1); `regression`: a value."""
-    entity: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    """The unit of prediction: the key column of the predictions table and both cohorts."""
-    value: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    """The predictions table's value column (a probability or a predicted value)."""
-    training_table: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    scoring_table: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    target: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    """The label column of the training table (absent from the scoring table)."""
-    baseline: Literal["prevalence", "median", "mean"]
-    """The evaluator's simple baseline, computed from the training cohort: its prevalence
-    (classification) or its median or mean label (regression), for every scoring entity."""
-    criteria: list[str] = Field(min_length=1)
-    """Pass criteria against the baseline, fixed before any run, all required, e.g.
-    `auroc >= baseline + 0.05`, `log_loss <= baseline`, `mae <= baseline - 0.5`."""
-    tolerance: float = Field(default=1e-6, ge=0)
-    """How far the re-run program's predictions may be from the reported ones."""
-    permutation_seed: int = Field(default=27, ge=0)
-    """The seed of the copies the program is re-run on: training labels permuted, and scoring
-    features shuffled between entities."""
-    labels: str | None = Field(default=None, min_length=1)
-    """Data of your own: the scoring cohort's hidden labels, a CSV file beside the scenario (a
-    path relative to its folder) with the columns `entity` and `target`, never in the store;
-    `backintel references build` locks them, with the baseline, in the lock file."""
-
-    @model_validator(mode="after")
-    def _criteria(self) -> PredictionSpec:
-        allowed = PREDICTION_METRICS[self.kind]
-        for text in self.criteria:
-            match = CRITERION.match(text)
-            if match is None or match["metric"] not in allowed:
-                raise ValueError(
-                    f"criterion {text!r}: write `<metric> >= baseline + <margin>` or "
-                    f"`<metric> <= baseline - <margin>` with a {self.kind} metric "
-                    f"({', '.join(allowed)})"
-                )
-        wanted = ("prevalence",) if self.kind == "classification" else ("median", "mean")
-        if self.baseline not in wanted:
-            raise ValueError(f"a {self.kind} baseline is one of {list(wanted)}")
-        if self.value == self.entity:
-            raise ValueError("`value` and `entity` must be different columns")
-        return self
 
 
 class ReferenceSpec(_Strict):
