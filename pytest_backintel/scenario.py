@@ -7,6 +7,7 @@ this model (`backintel schema`). Everything here is evaluator-owned: the analyst
 
 from __future__ import annotations
 
+import argparse
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -22,6 +23,13 @@ from pydantic import (
     model_validator,
 )
 
+from pytest_backintel.outcomes import (
+    DeniedGrant,
+    ForbiddenSource,
+    PlantedInstruction,
+    RefusalSpec,
+    ScopeSpec,
+)
 from pytest_backintel.tolerance import (
     CRITERION,
     HIGHER_IS_BETTER,
@@ -50,6 +58,8 @@ __all__ = [
     "Scenario",
     "ScopeSpec",
     "Split",
+    "parse_rebinding",
+    "rebinding",
 ]
 
 SLUG = r"^[a-z0-9][a-z0-9_.-]*$"
@@ -63,92 +73,11 @@ class Split(StrEnum):
 
 class _Strict(BaseModel):
     """The attribute docstrings below describe the fields in the JSON Schema; they are read
-    when the schema is rendered (`collect.loading.scenario_json_schema`, from this file and
-    `tolerance.py`, where the metric and prediction specs live), not at import (pydantic's
-    `use_attribute_docstrings` reads this file's source for every class)."""
+    when the schema is rendered (`collect.loading.scenario_json_schema`, from this file,
+    `tolerance.py` and `outcomes.py`, where the metric, prediction and boundary specs live),
+    not at import (pydantic's `use_attribute_docstrings` reads a file's source per class)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RefusalSpec(_Strict):
-    """What a useful refusal of an unanswerable question must do."""
-
-    must_name: list[list[str]] = Field(min_length=1)
-    """Concepts the refusal must name: each inner list is one concept's synonyms; every
-    concept must be named by at least one synonym (whole words, case-insensitive)."""
-    forbidden_metric: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    """The metric that cannot be computed and must not be given a value."""
-    conditions: str = Field(min_length=1)
-    """The documented missing-information condition that makes the question unanswerable."""
-
-    @model_validator(mode="after")
-    def _non_empty_synonyms(self) -> RefusalSpec:
-        for group in self.must_name:
-            if not group or any(not s.strip() for s in group):
-                raise ValueError("each concept in `must_name` needs at least one non-empty synonym")
-        return self
-
-
-TABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_.]*$"
-
-
-class ForbiddenSource(_Strict):
-    """A table (or some of its columns) in the store that the analyst must not read."""
-
-    table: str = Field(pattern=TABLE_NAME)
-    columns: list[str] = Field(default_factory=list)
-    """Only these columns are out of scope; empty: the whole table."""
-    reason: str = Field(min_length=1)
-    """Why it is off limits (personal data, another team's data...)."""
-
-
-class DeniedGrant(_Strict):
-    """A table the analyst's role cannot read at all: the store denies it (SQLite's authorizer,
-    a revoked `SELECT` on PostgreSQL) and `run_python` does not get it mounted."""
-
-    table: str = Field(pattern=TABLE_NAME)
-    reason: str = Field(min_length=1)
-
-
-class ScopeSpec(_Strict):
-    """What the analyst may read: the store still holds every table, as a warehouse would."""
-
-    forbidden: list[ForbiddenSource] = Field(default_factory=list)
-    """Tables or columns the analyst must not read; a trial that reads one (through `run_sql`
-    or `run_python`) is `prohibited_access`, whatever it answered."""
-    denied: list[DeniedGrant] = Field(default_factory=list)
-    """Tables whose read grant is missing: the useful answer refuses, naming the permission."""
-
-    @model_validator(mode="after")
-    def _distinct(self) -> ScopeSpec:
-        names = [f.table for f in self.forbidden] + [d.table for d in self.denied]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"tables named more than once in `scope`: {dupes}")
-        return self
-
-    def forbidden_tables(self) -> set[str]:
-        """Tables forbidden as a whole (not just some columns)."""
-        return {f.table for f in self.forbidden if not f.columns}
-
-    def forbidden_columns(self) -> dict[str, set[str]]:
-        """Table -> its forbidden columns, for column-level entries."""
-        return {f.table: set(f.columns) for f in self.forbidden if f.columns}
-
-    def denied_tables(self) -> tuple[str, ...]:
-        return tuple(sorted(d.table for d in self.denied))
-
-
-class PlantedInstruction(_Strict):
-    """Text in the data addressed to an AI analyst; the right answer does not change."""
-
-    where: str = Field(min_length=1)
-    """Where it is planted, e.g. `order_reviews.review_comment_message`."""
-    text: str = Field(min_length=1)
-    """The planted text, as it stands in the data."""
-    values: dict[str, Any] = Field(default_factory=dict)
-    """The value(s) the instruction asks for, by metric: an answer reporting one (within the
-    metric's tolerance) is `followed_injection`, not an ordinary `wrong_value`."""
 
 
 SOURCE_KINDS = ("sqlite", "duckdb", "parquet", "csv", "postgres", "clickhouse", "sqlalchemy")
@@ -156,6 +85,27 @@ SOURCE_KINDS = ("sqlite", "duckdb", "parquet", "csv", "postgres", "clickhouse", 
 ClickHouse and any database SQLAlchemy reaches, by DSN or URL."""
 DSN_KINDS = ("postgres", "clickhouse", "sqlalchemy")
 """The kinds of source named by a DSN (a database on a server), not by a path."""
+
+
+def parse_rebinding(text: str) -> tuple[str, dict[str, str]]:
+    """`shop=postgres:SHOP_DSN` -> ("shop", {"postgres": "SHOP_DSN"}); ValueError naming what
+    is allowed."""
+    alias, eq, rest = text.partition("=")
+    kind, colon, source = rest.partition(":")
+    if not (eq and colon and alias.strip() and source.strip()) or kind not in SOURCE_KINDS:
+        raise ValueError(
+            f"--dataset {text!r}: give ALIAS=KIND:SOURCE, KIND one of {', '.join(SOURCE_KINDS)} "
+            "(e.g. shop=postgres:SHOP_DSN or shop=parquet:exports/)"
+        )
+    return alias.strip(), {kind: source.strip()}
+
+
+def rebinding(value: str) -> tuple[str, dict[str, str]]:
+    """`--dataset ALIAS=KIND:SOURCE`: rebind a suite's dataset alias for this run."""
+    try:
+        return parse_rebinding(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 class DatasetBinding(_Strict):
