@@ -16,6 +16,11 @@ from pytest_backintel.contract import AnalystAnswer, Refusal
 from stores.base import StoreSession
 
 __all__ = [
+    "CALIBRATION_ANALYSTS",
+    "CALIBRATION_LABEL",
+    "REPLAY_LABEL",
+    "REPLAY_PREFIX",
+    "UNSAFE_AGENT",
     "Analyst",
     "AnalystConfig",
     "AnalystKind",
@@ -28,10 +33,68 @@ __all__ = [
     "CalibrationKey",
     "InfraError",
     "ProviderError",
+    "RunLimits",
     "Usage",
+    "analyst_label",
+    "check_analyst_spec",
+    "spec_kind",
 ]
 
 AnalystKind = Literal["model", "calibration", "custom", "replay", "external"]
+
+CALIBRATION_ANALYSTS = ("reference", "refuse-all", "perturbed", "unsupported", "careless")
+
+CALIBRATION_LABEL = "calibration analyst: measures the harness, not a model"
+REPLAY_LABEL = "replay of recorded model responses: no model is called"
+
+UNSAFE_AGENT = (
+    "UNSAFE: the external agent ran unsandboxed (--analyst-unsandboxed); it could read the "
+    "scenarios, references and results, so this run's results cannot be trusted"
+)
+REPLAY_PREFIX = "replay:"
+"""`replay:DIR` replays the cassettes of a recorded run (see `analyst.replay`)."""
+
+
+def spec_kind(spec: str) -> AnalystKind:
+    """The kind of analyst an `--analyst` value names, known before it is loaded."""
+    if spec in CALIBRATION_ANALYSTS:
+        return "calibration"
+    if spec.startswith(REPLAY_PREFIX):
+        return "replay"
+    if spec.startswith("cmd:"):
+        return "external"
+    return "model" if spec == "model" else "custom"
+
+
+def analyst_label(spec: str) -> str | None:
+    """The label every report of a run by this analyst carries, if it is not a model."""
+    return {"calibration": CALIBRATION_LABEL, "replay": REPLAY_LABEL}.get(spec_kind(spec))
+
+
+def check_analyst_spec(value: str) -> str:
+    """An `--analyst` value as given, else a ValueError naming what is allowed."""
+    if value.startswith("replay:"):
+        if not value.removeprefix("replay:"):
+            raise ValueError(
+                f"--analyst {value!r}: give the recorded run folder, as in replay:results/<run-id>"
+            )
+        return value
+    if value.startswith("cmd:"):
+        if not value.removeprefix("cmd:").strip():
+            raise ValueError(
+                f'--analyst {value!r}: give the agent\'s command, as in cmd:"python my_agent.py"'
+            )
+        return value
+    ok = value in (*CALIBRATION_ANALYSTS, "model") or (
+        ":" in value and all(part for part in value.split(":", 1))
+    )
+    if not ok:
+        raise ValueError(
+            f"--analyst {value!r} is not an analyst: use one of "
+            f"{', '.join(CALIBRATION_ANALYSTS)}, model, replay:DIR, cmd:COMMAND, or "
+            "pkg.module:callable"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -48,6 +111,19 @@ class AnalystLimits:
     """Evidence items of one answer the harness re-executes; each one beyond is unsupported."""
     evidence_time_s: float = 120.0
     """Seconds the harness spends re-executing one answer's evidence and its probe runs."""
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """Budgets for the whole run (None: no budget)."""
+
+    max_requests: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return any(v is not None for v in (self.max_requests, self.max_tokens, self.max_cost_usd))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,9 +10,19 @@ from typing import TypeVar
 
 import pytest
 
-from pytest_backintel.analyst_api import AnalystKind, AnalystLimits
+from pytest_backintel.analyst_api import (
+    CALIBRATION_ANALYSTS,
+    CALIBRATION_LABEL,
+    REPLAY_LABEL,
+    REPLAY_PREFIX,
+    AnalystLimits,
+    RunLimits,
+    analyst_label,
+    check_analyst_spec,
+    spec_kind,
+)
 from pytest_backintel.sandbox.registry import default_sandbox
-from pytest_backintel.scenario import SOURCE_KINDS
+from pytest_backintel.scenario import parse_rebinding, rebinding
 
 __all__ = [
     "CALIBRATION_ANALYSTS",
@@ -30,47 +39,6 @@ __all__ = [
 ]
 
 N = TypeVar("N", int, float)
-
-CALIBRATION_ANALYSTS = ("reference", "refuse-all", "perturbed", "unsupported", "careless")
-
-CALIBRATION_LABEL = "calibration analyst: measures the harness, not a model"
-REPLAY_LABEL = "replay of recorded model responses: no model is called"
-
-UNSAFE_AGENT = (
-    "UNSAFE: the external agent ran unsandboxed (--analyst-unsandboxed); it could read the "
-    "scenarios, references and results, so this run's results cannot be trusted"
-)
-REPLAY_PREFIX = "replay:"
-"""`replay:DIR` replays the cassettes of a recorded run (see `analyst.replay`)."""
-
-
-def spec_kind(spec: str) -> AnalystKind:
-    """The kind of analyst an `--analyst` value names, known before it is loaded."""
-    if spec in CALIBRATION_ANALYSTS:
-        return "calibration"
-    if spec.startswith(REPLAY_PREFIX):
-        return "replay"
-    if spec.startswith("cmd:"):
-        return "external"
-    return "model" if spec == "model" else "custom"
-
-
-def analyst_label(spec: str) -> str | None:
-    """The label every report of a run by this analyst carries, if it is not a model."""
-    return {"calibration": CALIBRATION_LABEL, "replay": REPLAY_LABEL}.get(spec_kind(spec))
-
-
-@dataclass(frozen=True)
-class RunLimits:
-    """Budgets for the whole run (None: no budget)."""
-
-    max_requests: int | None = None
-    max_tokens: int | None = None
-    max_cost_usd: float | None = None
-
-    @property
-    def active(self) -> bool:
-        return any(v is not None for v in (self.max_requests, self.max_tokens, self.max_cost_usd))
 
 
 @dataclass(frozen=True)
@@ -162,49 +130,11 @@ def shard_spec(value: str) -> tuple[int, int]:
 
 
 def analyst_spec(value: str) -> str:
-    if value.startswith("replay:"):
-        if not value.removeprefix("replay:"):
-            raise pytest.UsageError(
-                f"--analyst {value!r}: give the recorded run folder, as in replay:results/<run-id>"
-            )
-        return value
-    if value.startswith("cmd:"):
-        if not value.removeprefix("cmd:").strip():
-            raise pytest.UsageError(
-                f'--analyst {value!r}: give the agent\'s command, as in cmd:"python my_agent.py"'
-            )
-        return value
-    ok = value in (*CALIBRATION_ANALYSTS, "model") or (
-        ":" in value and all(part for part in value.split(":", 1))
-    )
-    if not ok:
-        raise pytest.UsageError(
-            f"--analyst {value!r} is not an analyst: use one of "
-            f"{', '.join(CALIBRATION_ANALYSTS)}, model, replay:DIR, cmd:COMMAND, or "
-            "pkg.module:callable"
-        )
-    return value
-
-
-def parse_rebinding(text: str) -> tuple[str, dict[str, str]]:
-    """`shop=postgres:SHOP_DSN` -> ("shop", {"postgres": "SHOP_DSN"}); ValueError naming what
-    is allowed."""
-    alias, eq, rest = text.partition("=")
-    kind, colon, source = rest.partition(":")
-    if not (eq and colon and alias.strip() and source.strip()) or kind not in SOURCE_KINDS:
-        raise ValueError(
-            f"--dataset {text!r}: give ALIAS=KIND:SOURCE, KIND one of {', '.join(SOURCE_KINDS)} "
-            "(e.g. shop=postgres:SHOP_DSN or shop=parquet:exports/)"
-        )
-    return alias.strip(), {kind: source.strip()}
-
-
-def rebinding(value: str) -> tuple[str, dict[str, str]]:
-    """`--dataset ALIAS=KIND:SOURCE`: rebind a suite's dataset alias for this run."""
+    """An `--analyst` value (`check_analyst_spec`), else a UsageError saying what is allowed."""
     try:
-        return parse_rebinding(value)
+        return check_analyst_spec(value)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+        raise pytest.UsageError(str(exc)) from exc
 
 
 def add_options(parser: pytest.Parser) -> None:

@@ -4,6 +4,11 @@ Counts are exact; currency agrees to half a minor unit (±0.005 in major units);
 durations to 1e-6 absolute; text exactly after declared normalisation; tables row by row with
 declared key and order. No number is read out of a string, signs are kept, NULL is never zero,
 and booleans are not numbers.
+
+The specs those comparisons read live here too, beside them: a requested metric
+(`MetricSpec`, its `MetricKind` and table `ColumnSpec`s) and a prediction scenario's criteria
+against a baseline (`PredictionSpec`). `pytest_backintel.scenario` re-exports them; their
+attribute docstrings describe their fields in the scenario JSON Schema.
 """
 
 from __future__ import annotations
@@ -13,19 +18,152 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from enum import StrEnum
+from typing import Any, Literal
 
-from pytest_backintel.scenario import ColumnSpec, MetricKind, MetricSpec
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "CRITERION",
+    "HIGHER_IS_BETTER",
     "NOISE",
+    "PREDICTION_METRICS",
     "TOLERANCE",
+    "ColumnSpec",
     "Comparison",
+    "MetricKind",
+    "MetricSpec",
+    "PredictionSpec",
     "compare_metric",
     "compare_scalar",
     "reproduces",
     "tolerance_for",
 ]
+
+
+class _Strict(BaseModel):
+    """The scenario model's base (`pytest_backintel.scenario`): no unknown keys, frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+TextStep = Literal["strip", "casefold", "collapse_whitespace"]
+
+
+class MetricKind(StrEnum):
+    """How a metric is compared: counts exact, currency to half a minor unit, ratios and
+    durations to 1e-6 absolute, text exact after normalisation, tables row by row."""
+
+    COUNT = "count"
+    CURRENCY = "currency"
+    RATIO = "ratio"
+    DURATION = "duration"
+    TEXT = "text"
+    TABLE = "table"
+
+
+class ColumnSpec(_Strict):
+    """One column of a table metric."""
+
+    name: str = Field(min_length=1)
+    kind: Literal["count", "currency", "ratio", "duration", "text"]
+
+
+class MetricSpec(_Strict):
+    """A requested metric: reported exactly once, compared by its kind."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """The name the answer must use (snake_case)."""
+    kind: MetricKind
+    unit: str = Field(min_length=1)
+    """The declared unit, e.g. `orders`, `BRL`, `ratio`, `days`."""
+    description: str = ""
+    columns: list[ColumnSpec] = Field(default_factory=list)
+    """Table metrics only: the columns, each compared by its own kind."""
+    key: list[str] = Field(default_factory=list)
+    """Table metrics only: columns that identify a row."""
+    ordered: bool = False
+    """Table metrics only: whether row order is part of the answer."""
+    normalize: list[TextStep] = Field(default_factory=lambda: list[TextStep](["strip"]))
+    """Text values (and text cells): normalisations applied before exact comparison."""
+
+    @model_validator(mode="after")
+    def _table_fields(self) -> MetricSpec:
+        is_table = self.kind is MetricKind.TABLE
+        if is_table and not self.columns:
+            raise ValueError("a table metric needs `columns`")
+        if not is_table and (self.columns or self.key):
+            raise ValueError("`columns` and `key` belong to table metrics only")
+        names = {c.name for c in self.columns}
+        unknown = [k for k in self.key if k not in names]
+        if unknown:
+            raise ValueError(f"key columns {unknown} are not among the columns {sorted(names)}")
+        return self
+
+
+PREDICTION_METRICS = {
+    "classification": ("auroc", "average_precision", "log_loss", "brier"),
+    "regression": ("mae",),
+}
+"""The metrics a prediction criterion may name, per task kind (all computed by scikit-learn)."""
+HIGHER_IS_BETTER = frozenset({"auroc", "average_precision"})
+CRITERION = re.compile(
+    r"^\s*(?P<metric>[a-z_]+)\s*(?P<op>>=|<=)\s*baseline"
+    r"(?:\s*(?P<sign>[+-])\s*(?P<margin>\d+(?:\.\d+)?))?\s*$"
+)
+"""A pass criterion: `<metric> >= baseline + <margin>` or `<metric> <= baseline - <margin>`."""
+
+
+class PredictionSpec(_Strict):
+    """A prediction scenario: the store holds a training cohort with labels and a scoring
+    cohort without them; the scoring labels stay with the evaluator (the reference), loaded
+    only after the analyst answered. The answer's one table metric holds a prediction per
+    scoring entity, cited by the Python program that trained and predicted."""
+
+    kind: Literal["classification", "regression"]
+    """`classification`: a probability of the positive class (label 1); `regression`: a value."""
+    entity: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """The unit of prediction: the key column of the predictions table and both cohorts."""
+    value: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """The predictions table's value column (a probability or a predicted value)."""
+    training_table: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    scoring_table: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    target: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    """The label column of the training table (absent from the scoring table)."""
+    baseline: Literal["prevalence", "median", "mean"]
+    """The evaluator's simple baseline, computed from the training cohort: its prevalence
+    (classification) or its median or mean label (regression), for every scoring entity."""
+    criteria: list[str] = Field(min_length=1)
+    """Pass criteria against the baseline, fixed before any run, all required, e.g.
+    `auroc >= baseline + 0.05`, `log_loss <= baseline`, `mae <= baseline - 0.5`."""
+    tolerance: float = Field(default=1e-6, ge=0)
+    """How far the re-run program's predictions may be from the reported ones."""
+    permutation_seed: int = Field(default=27, ge=0)
+    """The seed of the copies the program is re-run on: training labels permuted, and scoring
+    features shuffled between entities."""
+    labels: str | None = Field(default=None, min_length=1)
+    """Data of your own: the scoring cohort's hidden labels, a CSV file beside the scenario (a
+    path relative to its folder) with the columns `entity` and `target`, never in the store;
+    `backintel references build` locks them, with the baseline, in the lock file."""
+
+    @model_validator(mode="after")
+    def _criteria(self) -> PredictionSpec:
+        allowed = PREDICTION_METRICS[self.kind]
+        for text in self.criteria:
+            match = CRITERION.match(text)
+            if match is None or match["metric"] not in allowed:
+                raise ValueError(
+                    f"criterion {text!r}: write `<metric> >= baseline + <margin>` or "
+                    f"`<metric> <= baseline - <margin>` with a {self.kind} metric "
+                    f"({', '.join(allowed)})"
+                )
+        wanted = ("prevalence",) if self.kind == "classification" else ("median", "mean")
+        if self.baseline not in wanted:
+            raise ValueError(f"a {self.kind} baseline is one of {list(wanted)}")
+        if self.value == self.entity:
+            raise ValueError("`value` and `entity` must be different columns")
+        return self
+
 
 TOLERANCE: dict[str, Decimal] = {
     "count": Decimal(0),

@@ -14,18 +14,15 @@ under its alias, as the split worlds need.
 from __future__ import annotations
 
 import json
-import sqlite3
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pytest_backintel.collect.loading import load_scenario_file
-from pytest_backintel.scenario import MetricKind, MetricSpec, Scenario
-from pytest_backintel.tolerance import reproduces
+from pytest_backintel.scenario import Scenario
+from scenarios.reference_checks import attach_parts, checked_values, computed_reference
 from scenarios.reference_errors import (
     ReferenceError,
     ReferenceMismatchError,
@@ -60,9 +57,6 @@ HERE = Path(__file__).resolve().parent
 DEFINITIONS_DIR = HERE / "definitions"
 REFERENCES_DIR = HERE / "references"
 REBUILD_HINT = "rebuild them with `uv run backintel references benchmark`"
-DECIMALS = 8
-"""Stored floats are rounded to this many decimals (far below every tolerance) so the JSON
-is byte-identical across builds."""
 
 
 @dataclass(frozen=True)
@@ -107,152 +101,6 @@ def load_scenarios(root: Path = DEFINITIONS_DIR) -> list[Scenario]:
     return sorted(out, key=lambda s: s.id)
 
 
-def _canonical(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, DECIMALS) + 0.0  # + 0.0 turns -0.0 into 0.0
-    if isinstance(value, list):
-        return [_canonical(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _canonical(v) for k, v in value.items()}
-    return value
-
-
-def _short(value: Any, limit: int = 400) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-def attach_parts(con: sqlite3.Connection, files: DatasetFiles) -> None:
-    """ATTACH each declared part's SQLite file read-only under its part name."""
-    for key, path in sorted(files.extra.items()):
-        if key.startswith("sqlite:"):
-            alias = key.split(":", 1)[1]
-            con.execute(f'ATTACH DATABASE ? AS "{alias}"', (f"{path.as_uri()}?mode=ro",))
-
-
-def _run_check_sql(scenario: Scenario, files: DatasetFiles) -> dict[str, Any]:
-    """The check_sql result as metric -> value (a table metric gets all rows), run on the
-    world's SQLite file with its declared parts attached read-only under their aliases."""
-    assert scenario.check_sql is not None
-    assert files.sqlite_path is not None
-    sqlite_path = files.sqlite_path
-    con = sqlite3.connect(f"{sqlite_path.as_uri()}?mode=ro", uri=True)
-    try:
-        attach_parts(con, files)
-        cur = con.execute(scenario.check_sql)
-        columns = [d[0] for d in cur.description or ()]
-        rows = [dict(zip(columns, r, strict=True)) for r in cur.fetchall()]
-    except sqlite3.Error as exc:
-        raise ReferenceMismatchError(
-            f"scenario {scenario.id!r}: check_sql failed on {sqlite_path}: {exc}"
-        ) from exc
-    finally:
-        con.close()
-    tables = [m for m in scenario.metrics if m.kind is MetricKind.TABLE]
-    if tables:
-        if len(scenario.metrics) != 1:
-            raise ReferenceMismatchError(
-                f"scenario {scenario.id!r}: a table metric must be the scenario's only metric "
-                f"(check_sql returns its rows); metrics: {[m.name for m in scenario.metrics]}"
-            )
-        wanted = {c.name for c in tables[0].columns}
-        if set(columns) != wanted:
-            raise ReferenceMismatchError(
-                f"scenario {scenario.id!r}: check_sql columns {columns} must be exactly the "
-                f"table columns {sorted(wanted)}"
-            )
-        return {tables[0].name: rows}
-    wanted = {m.name for m in scenario.metrics}
-    if set(columns) != wanted or len(rows) != 1:
-        raise ReferenceMismatchError(
-            f"scenario {scenario.id!r}: check_sql must return one row with exactly the columns "
-            f"{sorted(wanted)}; got {len(rows)} row(s) with columns {columns}"
-        )
-    return rows[0]
-
-
-def _compare(
-    scenario: Scenario,
-    spec: MetricSpec,
-    oracle_value: Any,
-    sql_value: Any,
-    source: str = "check_sql",
-) -> None:
-    if spec.kind is not MetricKind.TABLE and oracle_value is None:
-        raise ReferenceMismatchError(
-            f"scenario {scenario.id!r}, metric {spec.name!r}: the oracle gives NULL, so the "
-            "question has no value to score; make the question's population non-empty"
-        )
-    cmp = reproduces(spec, oracle_value, sql_value)
-    if not cmp.ok:
-        raise ReferenceMismatchError(
-            f"scenario {scenario.id!r}, metric {spec.name!r}: oracle value "
-            f"{_short(oracle_value)} and {source} value {_short(sql_value)} disagree "
-            f"({cmp.detail}; they must agree exactly: counts exactly, other numbers to 1e-9)"
-        )
-
-
-def _run_check_python(
-    scenario: Scenario, files: DatasetFiles, mount: Path | None = None
-) -> dict[str, Any]:
-    """The values `check_python` prints, run in the default sandbox over the world's SQLite
-    (or over `mount`)."""
-    from pytest_backintel.sandbox.evidence import PythonEvidenceError, run_python_evidence
-    from pytest_backintel.sandbox.registry import create_provider
-
-    assert scenario.check_python is not None
-    with tempfile.TemporaryDirectory() as tmp:
-        provider = create_provider(None, Path(tmp))
-        provider.setup_session()
-        try:
-            outcome = run_python_evidence(
-                provider, mount or files.sqlite_path, scenario.check_python
-            )
-        finally:
-            provider.teardown_session()
-    if isinstance(outcome, PythonEvidenceError):
-        raise ReferenceMismatchError(
-            f"scenario {scenario.id!r}: check_python did not run ({outcome.kind}): {outcome.reason}"
-        )
-    missing = sorted({m.name for m in scenario.metrics} - set(outcome.values))
-    if missing:
-        raise ReferenceMismatchError(
-            f"scenario {scenario.id!r}: check_python printed no value for {missing}"
-        )
-    return outcome.values
-
-
-def _values(scenario: Scenario, world: World, files: DatasetFiles) -> dict[str, Any]:
-    if scenario.prediction is not None:  # hidden labels, the reference program calibrated
-        from scenarios.predict_refs import prediction_reference
-
-        run = partial(_run_check_python, scenario, files)
-        return dict(_canonical(prediction_reference(scenario, world, files, run)))
-    oracle = world.oracles.get(scenario.oracle_name)
-    if oracle is None:
-        raise ReferenceMismatchError(
-            f"scenario {scenario.id!r}: no oracle {scenario.oracle_name!r} registered for world "
-            f"{world.name!r}; add one to the world's oracle registry"
-        )
-    values = oracle(files.parquet_dir)
-    declared = {m.name for m in scenario.metrics}
-    if set(values) != declared:
-        raise ReferenceMismatchError(
-            f"scenario {scenario.id!r}: oracle {scenario.oracle_name!r} returned metrics "
-            f"{sorted(values)}, the scenario declares {sorted(declared)}"
-        )
-    if files.sqlite_path is None:
-        raise ReferenceError(f"world {world.name!r} has no SQLite build to run check_sql on")
-    sql_values = _run_check_sql(scenario, files)
-    for spec in scenario.metrics:
-        _compare(scenario, spec, values[spec.name], sql_values[spec.name])
-    if scenario.check_python:
-        printed = _run_check_python(scenario, files)
-        for spec in scenario.metrics:
-            _compare(scenario, spec, values[spec.name], printed[spec.name], "check_python")
-    return {name: _canonical(values[name]) for name in sorted(values)}
-
-
 def build_references(
     scenarios: Iterable[Scenario], world: World, files: DatasetFiles, snapshot: str = "base"
 ) -> dict[str, Any]:
@@ -269,7 +117,7 @@ def build_references(
                 f"scenario {scenario.id!r} is bound to {scenario.dataset.world}/{bound}, not "
                 f"{world.name}/{snapshot}"
             )
-        values = _values(scenario, world, files) if scenario.answerable else None
+        values = checked_values(scenario, world, files) if scenario.answerable else None
         refs[scenario.id] = {"version": scenario.version, "values": values}
     return {
         "world": world.name,
@@ -406,18 +254,6 @@ def build_all(
         )
         built[path.name] = doc
     return built
-
-
-def computed_reference(scenario: Scenario, world: World, files: DatasetFiles) -> Mapping[str, Any]:
-    """References computed now, for data that has no committed references (the real Olist
-    release a user loaded): the oracle's values, cross-checked by the check query as at build
-    time. Called only after the analyst has answered."""
-    if not scenario.answerable:
-        return {}
-    rebound = scenario.model_copy(
-        update={"dataset": scenario.dataset.model_copy(update={"world": world.name})}
-    )
-    return _values(rebound, world, files)
 
 
 class ReferencedWorld(World):

@@ -235,7 +235,9 @@ def test_booleans_are_not_numbers() -> None:
 
 def test_build_cross_checks_are_exact_and_run_check_python() -> None:
     from pytest_backintel.scenario import MetricKind
-    from scenarios.references import ReferenceMismatchError, _compare, _values
+    from scenarios.reference_checks import checked_values as _values
+    from scenarios.reference_checks import compare_values as _compare
+    from scenarios.references import ReferenceMismatchError
     from scenarios.worlds import get_world
 
     scenario = CASES["l1-average-review-score"].scenario

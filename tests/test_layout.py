@@ -118,12 +118,7 @@ BACKENDS = ("sqlite", "duckdb", "postgres", "clickhouse", "iceberg", "files", "m
 """The backend packages under `stores/` (issue 38): each holds all one backend is."""
 BACKEND_PREFIXES = ("sqlite", "duckdb", "postgres", "pg", "clickhouse", "ch", "iceberg", "lake")
 MAX_LINES = 400
-SPLIT_LATER = {
-    "pytest_backintel/options.py": "options by concern, after the parallel edits of issue 38",
-    "pytest_backintel/run/session.py": "split by concern after the parallel edits (issue 38)",
-    "pytest_backintel/scenario.py": "split by concern after the parallel edits (issue 38)",
-    "scenarios/references.py": "split by concern after the parallel edits (issue 38)",
-}
+SPLIT_LATER: dict[str, str] = {}
 """Modules still over `MAX_LINES`, each with why; the test fails (strict xfail) once one is
 split, so the entry goes with it."""
 

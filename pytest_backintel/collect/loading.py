@@ -14,7 +14,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from pytest_backintel import outcomes as outcomes_module
 from pytest_backintel import scenario as scenario_module
+from pytest_backintel import tolerance as tolerance_module
 from pytest_backintel.collect.suites import (
     SHARED,
     SUITE_FILE,
@@ -79,7 +81,9 @@ def attribute_docs(module: ModuleType) -> dict[str, dict[str, str]]:
 def _describe_fields(schema: dict[str, Any]) -> None:
     """Each scenario model's attribute docstrings as its properties' descriptions."""
     defs = schema.get("$defs", {})
-    for name, fields in attribute_docs(scenario_module).items():
+    modules = (scenario_module, tolerance_module, outcomes_module)  # where the specs live
+    docs = {name: f for module in modules for name, f in attribute_docs(module).items()}
+    for name, fields in docs.items():
         props = (schema if name == Scenario.__name__ else defs.get(name, {})).get("properties")
         for field, doc in fields.items():
             if props is not None and field in props:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_backintel.options import RunLimits
+    from pytest_backintel.analyst_api import RunLimits
 
 __all__ = [
     "PRICES_PATH",

@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 
 from pytest_backintel import __version__
-from pytest_backintel.analyst_api import AnalystLimits
+from pytest_backintel.analyst_api import UNSAFE_AGENT, AnalystLimits
 from pytest_backintel.options import (
     CALIBRATION_ANALYSTS,
-    UNSAFE_AGENT,
     BenchOptions,
     analyst_label,
     spec_kind,

@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import os
-import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
-from pytest_backintel.analyst_api import Analyst, AnalystConfig
-from pytest_backintel.collect.backends import StoreBackends, backend_for, store_spec
 from pytest_backintel.collect.items import ScenarioItem, suites_of
-from pytest_backintel.collect.manifests import manifest_reference
 from pytest_backintel.collect.sealed import SealedCase, SealedSuiteError, guard_reserved, refuse
 from pytest_backintel.collect.suites import rebound
-from pytest_backintel.collect.user_data import check_name, user_source, world_for
-from pytest_backintel.collect.worlds import World, data_dir
-from pytest_backintel.evidence.item_python import ItemPython, evidence_runner
-from pytest_backintel.evidence.prediction import Check, shuffled_copy
-from pytest_backintel.evidence.probe import DataProbe, Probes
 from pytest_backintel.freeze.lock import (
     FreezeError,
     candidate_id,
@@ -30,230 +19,28 @@ from pytest_backintel.freeze.lock import (
     register_run,
     verify_lock,
 )
-from pytest_backintel.options import BenchOptions, read_options, spec_kind
-from pytest_backintel.outcomes import Outcome
+from pytest_backintel.options import spec_kind
 from pytest_backintel.records import run_folder
-from pytest_backintel.records.cassettes import case_key, write_cassette, write_exchanges
-from pytest_backintel.records.html_report import RECORD_KEY, junit_properties
-from pytest_backintel.records.interrupted import counts_in_pytest, mark_unreported, part_lengths
+from pytest_backintel.records.interrupted import mark_unreported, part_lengths
 from pytest_backintel.records.live import LIVE
 from pytest_backintel.records.matrix_folder import write_matrix
-from pytest_backintel.records.power import resolve_trials
-from pytest_backintel.records.writer import (
-    RecordWriter,
-    merge_parts,
-    new_run_id,
-    trial_record,
-    write_json,
-)
-from pytest_backintel.run._compat import upcoming_items
-from pytest_backintel.run.analysts import AnalystLoadError, load_analyst
-from pytest_backintel.run.budget import RunBudget
+from pytest_backintel.records.writer import merge_parts, write_json
+from pytest_backintel.run.analysts import AnalystLoadError
 from pytest_backintel.run.cleanup import clean_stale_in_background, remove_folder
-from pytest_backintel.run.failure import ScenarioFailure
-from pytest_backintel.run.matrix import ModelMatrix, analysts_of, cassette_folder, models_of
-from pytest_backintel.run.pipeline import LOOKAHEAD, TrialPipeline, trials_in_flight
-from pytest_backintel.run.resume import Resumption
-from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeable
+from pytest_backintel.run.matrix import analysts_of
+from pytest_backintel.run.session_trials import SessionTrials
 from pytest_backintel.run.shards import select_shard
-from pytest_backintel.run.streak import ProviderStreak
-from pytest_backintel.run.trial import TrialResult, run_trial
-from pytest_backintel.run.worker_death import die_with_controller
-from pytest_backintel.run.world_builds import WorldBuilds, world_label, worlds_wanted
-from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
-from pytest_backintel.sandbox.registry import (
-    UnknownSandboxError,
-    create_provider,
-    load_provider_class,
-)
+from pytest_backintel.run.world_builds import worlds_wanted
+from pytest_backintel.sandbox.registry import UnknownSandboxError, load_provider_class
 from pytest_backintel.sandbox.seed import SANDBOX_SEED
-from pytest_backintel.scenario import Scenario
-from pytest_backintel.scoring.judging import judge_trial
-from stores.base import DatasetFiles, ProvisionedStore, Store
-
-if TYPE_CHECKING:
-    from pytest_backintel.records.tracing import Tracing
 
 __all__ = ["SESSION_KEY", "BenchSession"]
 
 
-class BenchSession:
-    """Options, the run folder, the analyst, the store backend and worlds for this process."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.options: BenchOptions = run_folder.replayed(
-            read_options(config, models_of(config), resolve_trials)
-        )
-        self.matrix = ModelMatrix.of(self.options)  # None: one model, or none
-        self.root = config.rootpath
-        workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
-        self.worker = workerinput["workerid"] if workerinput else "main"
-        self.is_controller = workerinput is None
-        if workerinput is not None:
-            die_with_controller()
-        self.run_id: str = (workerinput or {}).get("backintel_run_id") or (
-            self.options.run_id or new_run_id()
-        )
-        self.run_dir = (self.root / self.options.results_dir / self.run_id).resolve()
-        self.writer = RecordWriter(self.run_dir, self.worker)
-        self.outcomes: Counter[str] = Counter()
-        self.records: list[dict[str, Any]] = []
-        self.reported: set[str] = set()
-        """Items pytest counted in this process (under xdist, the controller: every worker's)."""
-        self._parts_before: dict[str, int] = {}
-        self._analyst: Analyst | None = None
-        self.backends = StoreBackends(lambda: self.data_dir)
-        self.probes = Probes(lambda: self.data_dir / "perturbed")
-        self._sandboxes: SandboxProvider | None = None
-        self._tracing: Tracing | None = None
-        self._sweep: threading.Thread | None = None
-        self.model_called = threading.Event()
-        """Set when this process's first model request starts (or at the session's end): work
-        that can wait (the PostgreSQL sweep, building the probes) waits for it, so under one
-        GIL it does not delay that request."""
-        LIVE.on_request = self.model_called.set
-        self.budget = RunBudget(self.run_dir, self.options.run_limits)
-        self.streak = ProviderStreak(self.run_dir, self.options.max_provider_failures)
-        self._header: dict[str, Any] = {}
-        self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str, World]] = {}
-        self.worlds_ahead: WorldBuilds[tuple[str, str], tuple[DatasetFiles, str, World]]
-        self.worlds_ahead = WorldBuilds()
-        LIVE.side_work = self.worlds_ahead.building
-        self.reserved_cases: dict[str, set[str]] = {}
-        """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
-        self.pipeline: TrialPipeline[ScenarioItem, tuple[TrialResult, str | None]] | None = None
-        """Trials run ahead of pytest (`--concurrency` above 1); None for serial runs."""
-        self._lock = threading.RLock()
-        self._setup_gate = threading.Lock()
-        """Trials run ahead set up one at a time (store, sandbox): setup is CPU under one GIL,
-        so N trials setting up at once would each reach the model only after all N had."""
-        """Guards what trials in worker threads build lazily: worlds, backends, the sandbox."""
-        self.reserved_note: list[str] = []
-        """The line saying reserved items were deselected from an unfrozen run."""
-        self.resumption = (
-            Resumption(self.run_dir, self.options.retry_blocked) if self.options.resume else None
-        )
-        """What `--resume`/`--retry-blocked` finishes (None for a new run)."""
-
-    # -- lazily built, once per process --------------------------------------------------
-    @property
-    def analyst(self) -> Analyst:
-        if self.matrix is not None:  # the first model's: every model's analyst is of one kind
-            return self.matrix.analyst(None)
-        if self._analyst is None:
-            opts = self.options
-            self._analyst = load_analyst(
-                opts.analyst,
-                AnalystConfig(opts.model, opts.model_base_url, opts.limits, opts.max_connections),
-                unsandboxed=opts.analyst_unsandboxed,
-            )
-        return self._analyst
-
-    def store_for(self, scenario: Scenario) -> Store:
-        """The backend the scenario runs on (`--store`, or the one its binding needs)."""
-        with self._lock:
-            return backend_for(self.backends, scenario, self.options.store)
-
-    @property
-    def sandboxes(self) -> SandboxProvider:
-        """The sandbox backend for `run_python` and Python evidence (set up on first use)."""
-        with self._lock:
-            if self._sandboxes is None:
-                workdir = self.data_dir / "sandbox" / f"{os.getpid()}"
-                try:
-                    provider = create_provider(self.options.sandbox, workdir)
-                    provider.setup_session()
-                except (UnknownSandboxError, SandboxUnavailable) as exc:
-                    raise pytest.UsageError(f"backintel: {exc}") from exc
-                self._sandboxes = provider
-            return self._sandboxes
-
-    @property
-    def tracing(self) -> Tracing:
-        """Offline traces of this process's trials (instruments agents on first trial)."""
-        from pytest_backintel.records.tracing import Tracing
-
-        with self._lock:
-            self._tracing = self._tracing or Tracing(self.run_dir, self.worker)
-            return self._tracing
-
-    def item_python(
-        self, store: ProvisionedStore, scenario: Scenario | None = None
-    ) -> ItemPython | ScopedPython | None:
-        """Python for the item: its store's file mounted when it lives on disk, and a query
-        channel to its own read-only sessions (a scoped folder, its reads watched, when the
-        scenario declares a scope)."""
-        if scenario is not None and scenario.scope is not None:
-            files = self.dataset(scenario)[0]
-            if scopeable(files):
-                return ScopedPython(self.sandboxes, files, scenario.scope, store.connect)
-            return ItemPython(self.sandboxes, None, store.connect)  # observed by its plans
-        return ItemPython(self.sandboxes, store.mount_path, store.connect)
-
-    def provision(self, scenario: Scenario) -> ProvisionedStore:
-        """The item's store (with the scope's denied grants withheld)."""
-        backend = self.store_for(scenario)
-        return backend.provision(item_files(self.dataset(scenario)[0], scenario.scope, backend))
-
-    def probes_for(
-        self, scenario: Scenario, with_python: bool, *, warm: bool = False
-    ) -> list[DataProbe]:
-        """The data probes of the scenario's dataset on its backend (built once, shared by
-        concurrent trials); `warm` only starts building them in the background."""
-        python = evidence_runner(lambda: self.sandboxes) if with_python else None
-        spec, (files, data_hash) = store_spec(scenario, self.options.store), self.dataset(scenario)
-        if warm:
-            store, after = self.store_for(scenario), self.model_called.wait
-            self.probes.warm(spec, store, files, python, data_hash, after)
-            return []
-        return self.probes.get(spec, self.store_for(scenario), files, python, data_hash)
-
-    def permuted_python(
-        self, scenario: Scenario, check: Check = "labels"
-    ) -> Callable[[str], Mapping[str, Any]] | None:
-        """A Python evidence runner over the prediction scenario's dataset with its training
-        labels permuted or its scoring features shuffled (`check`; a SQLite copy built once);
-        None without a SQLite build."""
-        spec = scenario.prediction
-        files, data_hash = self.dataset(scenario)
-        if spec is None or files.sqlite_path is None:
-            return None
-        copy = shuffled_copy(files.sqlite_path, spec, self.data_dir / "permuted", check, data_hash)
-        return evidence_runner(lambda: self.sandboxes)(copy, None)
-
-    @property
-    def data_dir(self) -> Path:
-        return data_dir(self.root)
-
-    def dataset(self, scenario: Scenario) -> tuple[DatasetFiles, str]:
-        """The built files of a scenario's world and their data hash (built once, locked)."""
-        key = (scenario.dataset.world, scenario.dataset.snapshot)
-        with self._lock:
-            if (source := user_source(scenario.dataset)) is not None:
-                check_name(self.__dict__.setdefault("_source_names", {}), source)
-        built = self.worlds_ahead.get(key, lambda: self._build_world(scenario), world_label(key))
-        return built[:2]
-
-    def _build_world(self, scenario: Scenario) -> tuple[DatasetFiles, str, World]:
-        key = (scenario.dataset.world, scenario.dataset.snapshot)
-        with self._lock:
-            world = world_for(scenario.dataset)
-        files = world.ensure_built(self.data_dir, snapshot=key[1])
-        built = self._worlds[key] = (files, world.data_hash(files), world)
-        return built
-
-    def verify_data(self, scenario: Scenario) -> list[str]:
-        """Problems with the scenario's pinned data files (acceptance fixtures), if any."""
-        return world_for(scenario.dataset).verify(self.data_dir, scenario.dataset.snapshot)
-
-    def reference(self, item: ScenarioItem) -> Mapping[str, Any]:
-        """Evaluator-owned reference values; called only after the analyst has answered."""
-        if item.manifest is not None:
-            return manifest_reference(item.manifest, item.scenario.id)
-        files, data_hash = self.dataset(item.scenario)
-        world = self._worlds[(item.scenario.dataset.world, item.scenario.dataset.snapshot)][2]
-        return world.reference(item.scenario, files, data_hash)
+class BenchSession(SessionTrials):
+    """Options, the run folder, the analyst, the store backend and worlds for this process:
+    its state and what it builds (`session_data`), its trials (`session_trials`), and here
+    the start and finish of the session, the items' preparation and the run header."""
 
     # -- terminal ---------------------------------------------------------------------------
     def sandbox_description(self) -> dict[str, Any]:
@@ -312,20 +99,6 @@ class BenchSession:
         dataset = item.scenario.dataset
         return dataset.world, dataset.snapshot, self.dataset(item.scenario)[1]
 
-    def start_pipeline(self) -> None:
-        """With `--concurrency` above 1 (or `auto` for a model analyst), trials run ahead."""
-        if self.config.option.collectonly:
-            return
-        size = self.concurrency * (self.matrix.providers if self.matrix else 1)
-        if size > 1 and self.pipeline is None:
-            self.tracing.start()  # instrument agents once, before any worker thread runs one
-            self.pipeline = TrialPipeline(size, self.prepare_trial)
-
-    @property
-    def concurrency(self) -> int:
-        opts = self.options
-        return trials_in_flight(opts.concurrency, self.analyst.kind, opts.max_connections)
-
     def check_analyst(self, model: bool = False) -> None:
         """Load the analyst (a usage error if bad); with `model` check its model too."""
         try:
@@ -334,134 +107,6 @@ class BenchSession:
             raise pytest.UsageError(str(exc)) from exc
         for analyst, opts in loaded if model else []:
             run_folder.preflight(analyst, opts, lambda: None)
-
-    # -- items ----------------------------------------------------------------------------
-    def run_item(
-        self,
-        item: ScenarioItem,
-        store: ProvisionedStore | None,
-        python: ItemPython | ScopedPython | None,
-    ) -> None:
-        """Run one trial (or, with `--concurrency`, take the one prepared ahead for this item),
-        then report it: record, cassette, JUnit properties; fail unless it passed."""
-        if self.pipeline is None:
-            assert store is not None, "a serial item has its store from the fixture"
-            result, trace_id = self.execute(item, store, python)
-        else:
-            limit = self.pipeline.size * LOOKAHEAD
-            self.pipeline.ensure_started(upcoming_items(self.config, item, limit))
-            prepared = self.pipeline.take(item)
-            if prepared.error is not None:  # the store or sandbox failed before the trial
-                self.record_infra_error(item, prepared.error)
-                raise prepared.error
-            assert prepared.result is not None
-            result, trace_id = prepared.result
-        self.report(item, result, trace_id)
-
-    def execute(
-        self,
-        item: ScenarioItem,
-        store: ProvisionedStore,
-        python: ItemPython | ScopedPython | None,
-    ) -> tuple[TrialResult, str | None]:
-        """One trial in its trace span, unless the run budget is spent: (result, trace id)."""
-        key, scenario = case_key(item.scenario.id, item.trial), item.scenario
-        if self.analyst.kind == "model":  # the probes are built while the model thinks
-            self.probes_for(scenario, python is not None, warm=True)
-        with self.tracing.trial(item.nodeid, key) as span:
-            result = (
-                self.streak.gate(scenario, item.trial, store.display_id)
-                or self.budget.gate(scenario, item.trial, store.display_id)
-            ) or run_trial(
-                scenario,
-                item.trial,
-                store,
-                self.matrix.analyst(item.model) if self.matrix else self.analyst,
-                self.budget.cap(self.options.limits),
-                lambda _scenario: self.reference(item),
-                python=python,
-                dialect=self.store_for(item.scenario).dialect,
-                verify_data=lambda: self.verify_data(scenario),
-                case_key=key,
-                probes=lambda: self.probes_for(scenario, python is not None),
-                permuted=lambda check: (
-                    self.permuted_python(scenario, check) if python is not None else None
-                ),
-            )
-            span.finish(result.score.outcome.value)
-        return result, span.trace_id
-
-    def prepare_trial(self, item: ScenarioItem) -> tuple[TrialResult, str | None]:
-        """A whole trial off pytest's thread: its own store and sandbox, run, torn down.
-        Stores and sandboxes are set up in turn (`_setup_gate`), so the first trial's analyst
-        starts after one setup, not after every trial in flight has done its own."""
-        with self._setup_gate:
-            store = self.provision(item.scenario)
-            try:
-                python = self.item_python(store, item.scenario)
-            except BaseException:
-                store.teardown()
-                raise
-        try:
-            try:
-                return self.execute(item, store, python)
-            finally:
-                if python is not None:
-                    python.close()
-        finally:
-            store.teardown()
-
-    def report(self, item: ScenarioItem, result: TrialResult, trace_id: str | None) -> None:
-        """Settle the budget, write the record and cassette; fail unless the trial passed."""
-        key, scenario = case_key(item.scenario.id, item.trial), item.scenario
-        model, folder = item.model or self.options.model, cassette_folder(self, item)
-        cost = self.budget.settle(self.analyst.kind, model, result.run)
-        self.streak.settle(result.score.outcome)
-        if self.options.record:
-            write_cassette(folder, key, result.run)
-            if result.run is not None and result.run.observed is not None:  # an external agent
-                write_exchanges(folder, key, result.run.observed.get("exchanges") or [])
-        judge = judge_trial(self.options.judge_model, model, scenario, result.run)
-        extra = {"trace_id": trace_id, "cost_usd": cost, "case_key": key, "judge": judge}
-        self.write_record(item, result.score.outcome.value, result.to_record() | extra)
-        if result.score.outcome is Outcome.NOT_RUN:
-            pytest.skip(result.score.reasons[0].message if result.score.reasons else "not run")
-        if not result.score.outcome.passed:
-            raise ScenarioFailure(result)
-
-    def count_report(self, report: pytest.TestReport) -> None:
-        """Note an item pytest counts (`pytest_runtest_logreport`)."""
-        if counts_in_pytest(report.when or "", report.passed):
-            self.reported.add(report.nodeid)
-
-    def write_record(self, item: ScenarioItem, outcome: str, body: dict[str, Any]) -> None:
-        dataset = item.scenario.dataset
-        analyst = self.matrix.analyst(item.model) if self.matrix else self._analyst
-        files_hash = self._worlds.get((dataset.world, dataset.snapshot))
-        model = item.model or self.options.model
-        where = {"run_id": self.run_id, "worker": self.worker, "model": model}
-        name, kind = (analyst.name, analyst.kind) if analyst else (self.options.analyst, None)
-        where["analyst"] = {"name": name, "kind": kind}
-        where["data_hash"] = files_hash[1] if files_hash else None
-        method = getattr(files_hash[2], "fingerprint_method", None) if files_hash else None
-        where["data_hash_method"] = method
-        backend = store_spec(item.scenario, self.options.store)
-        record = trial_record(item, outcome, where, backend) | body
-        if self.resumption is not None:  # a trial run again keeps its earlier attempts
-            record |= self.resumption.attempt(item.nodeid)
-        self.writer.write(record)
-        self.outcomes[outcome] += 1
-        item.user_properties += junit_properties(record)
-        item.stash[RECORD_KEY] = record
-
-    def record_infra_error(self, item: ScenarioItem, exc: BaseException) -> None:
-        """A store or harness failure before the analyst ran: recorded, then re-raised."""
-        reason = {
-            "outcome": "infra_error",
-            "message": f"{type(exc).__name__}: {exc}",
-            "metric": None,
-        }
-        self.write_record(item, Outcome.INFRA_ERROR.value, {"reasons": [reason]})
 
     # -- run folder ------------------------------------------------------------------------
     def run_header(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from pytest_backintel.analyst_api import (
+    UNSAFE_AGENT,
     Analyst,
     AnalystLimits,
     AnalystRun,
@@ -33,7 +34,6 @@ from pytest_backintel.evidence.reexecute import (
     reexecute,
 )
 from pytest_backintel.evidence.values import jsonable
-from pytest_backintel.options import UNSAFE_AGENT
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records.writer import NO_USAGE_TRIAL, unguarded_warning
 from pytest_backintel.run.scope import observed_reads

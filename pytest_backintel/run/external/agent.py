@@ -22,13 +22,14 @@ from opentelemetry import context as otel_context
 
 from analyst.mcp_tools import TrialTools
 from pytest_backintel.analyst_api import (
+    UNSAFE_AGENT,
     AnalystConfig,
     AnalystKind,
     AnalystRun,
     AnalystTask,
     InfraError,
 )
-from pytest_backintel.options import REPLAY_PREFIX, UNSAFE_AGENT
+from pytest_backintel.options import REPLAY_PREFIX
 from pytest_backintel.records.cassettes import CassetteError, find_cassette_dir, read_exchanges
 from pytest_backintel.run.external.command import AgentCommand, AgentCommandError, parse_command
 from pytest_backintel.run.external.ending import judge_ending

@@ -1,0 +1,226 @@
+"""A session's state and what it builds once per process: the analyst, worlds and their
+datasets, stores, probes, the sandbox and tracing (`BenchSession` is built on it)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_backintel.analyst_api import Analyst, AnalystConfig
+from pytest_backintel.collect.backends import StoreBackends, backend_for, store_spec
+from pytest_backintel.collect.items import ScenarioItem
+from pytest_backintel.collect.manifests import manifest_reference
+from pytest_backintel.collect.user_data import check_name, user_source, world_for
+from pytest_backintel.collect.worlds import World, data_dir
+from pytest_backintel.evidence.item_python import ItemPython, evidence_runner
+from pytest_backintel.evidence.prediction import Check, shuffled_copy
+from pytest_backintel.evidence.probe import DataProbe, Probes
+from pytest_backintel.options import BenchOptions, read_options
+from pytest_backintel.records import run_folder
+from pytest_backintel.records.live import LIVE
+from pytest_backintel.records.power import resolve_trials
+from pytest_backintel.records.writer import RecordWriter, new_run_id
+from pytest_backintel.run.analysts import load_analyst
+from pytest_backintel.run.budget import RunBudget
+from pytest_backintel.run.matrix import ModelMatrix, models_of
+from pytest_backintel.run.pipeline import TrialPipeline
+from pytest_backintel.run.resume import Resumption
+from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeable
+from pytest_backintel.run.streak import ProviderStreak
+from pytest_backintel.run.trial import TrialResult
+from pytest_backintel.run.worker_death import die_with_controller
+from pytest_backintel.run.world_builds import WorldBuilds, world_label
+from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
+from pytest_backintel.sandbox.registry import UnknownSandboxError, create_provider
+from pytest_backintel.scenario import Scenario
+from stores.base import DatasetFiles, ProvisionedStore, Store
+
+if TYPE_CHECKING:
+    from pytest_backintel.records.tracing import Tracing
+
+__all__ = ["SessionData"]
+
+
+class SessionData:
+    """Options, the run folder, the analyst, the store backend and worlds for this process."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.options: BenchOptions = run_folder.replayed(
+            read_options(config, models_of(config), resolve_trials)
+        )
+        self.matrix = ModelMatrix.of(self.options)  # None: one model, or none
+        self.root = config.rootpath
+        workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+        self.worker = workerinput["workerid"] if workerinput else "main"
+        self.is_controller = workerinput is None
+        if workerinput is not None:
+            die_with_controller()
+        self.run_id: str = (workerinput or {}).get("backintel_run_id") or (
+            self.options.run_id or new_run_id()
+        )
+        self.run_dir = (self.root / self.options.results_dir / self.run_id).resolve()
+        self.writer = RecordWriter(self.run_dir, self.worker)
+        self.outcomes: Counter[str] = Counter()
+        self.records: list[dict[str, Any]] = []
+        self.reported: set[str] = set()
+        """Items pytest counted in this process (under xdist, the controller: every worker's)."""
+        self._parts_before: dict[str, int] = {}
+        self._analyst: Analyst | None = None
+        self.backends = StoreBackends(lambda: self.data_dir)
+        self.probes = Probes(lambda: self.data_dir / "perturbed")
+        self._sandboxes: SandboxProvider | None = None
+        self._tracing: Tracing | None = None
+        self._sweep: threading.Thread | None = None
+        self.model_called = threading.Event()
+        """Set when this process's first model request starts (or at the session's end): work
+        that can wait (the PostgreSQL sweep, building the probes) waits for it, so under one
+        GIL it does not delay that request."""
+        LIVE.on_request = self.model_called.set
+        self.budget = RunBudget(self.run_dir, self.options.run_limits)
+        self.streak = ProviderStreak(self.run_dir, self.options.max_provider_failures)
+        self._header: dict[str, Any] = {}
+        self._worlds: dict[tuple[str, str], tuple[DatasetFiles, str, World]] = {}
+        self.worlds_ahead: WorldBuilds[tuple[str, str], tuple[DatasetFiles, str, World]]
+        self.worlds_ahead = WorldBuilds()
+        LIVE.side_work = self.worlds_ahead.building
+        self.reserved_cases: dict[str, set[str]] = {}
+        """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
+        self.pipeline: TrialPipeline[ScenarioItem, tuple[TrialResult, str | None]] | None = None
+        """Trials run ahead of pytest (`--concurrency` above 1); None for serial runs."""
+        self._lock = threading.RLock()
+        self._setup_gate = threading.Lock()
+        """Trials run ahead set up one at a time (store, sandbox): setup is CPU under one GIL,
+        so N trials setting up at once would each reach the model only after all N had."""
+        """Guards what trials in worker threads build lazily: worlds, backends, the sandbox."""
+        self.reserved_note: list[str] = []
+        """The line saying reserved items were deselected from an unfrozen run."""
+        self.resumption = (
+            Resumption(self.run_dir, self.options.retry_blocked) if self.options.resume else None
+        )
+        """What `--resume`/`--retry-blocked` finishes (None for a new run)."""
+
+    # -- lazily built, once per process --------------------------------------------------
+    @property
+    def analyst(self) -> Analyst:
+        if self.matrix is not None:  # the first model's: every model's analyst is of one kind
+            return self.matrix.analyst(None)
+        if self._analyst is None:
+            opts = self.options
+            self._analyst = load_analyst(
+                opts.analyst,
+                AnalystConfig(opts.model, opts.model_base_url, opts.limits, opts.max_connections),
+                unsandboxed=opts.analyst_unsandboxed,
+            )
+        return self._analyst
+
+    def store_for(self, scenario: Scenario) -> Store:
+        """The backend the scenario runs on (`--store`, or the one its binding needs)."""
+        with self._lock:
+            return backend_for(self.backends, scenario, self.options.store)
+
+    @property
+    def sandboxes(self) -> SandboxProvider:
+        """The sandbox backend for `run_python` and Python evidence (set up on first use)."""
+        with self._lock:
+            if self._sandboxes is None:
+                workdir = self.data_dir / "sandbox" / f"{os.getpid()}"
+                try:
+                    provider = create_provider(self.options.sandbox, workdir)
+                    provider.setup_session()
+                except (UnknownSandboxError, SandboxUnavailable) as exc:
+                    raise pytest.UsageError(f"backintel: {exc}") from exc
+                self._sandboxes = provider
+            return self._sandboxes
+
+    @property
+    def tracing(self) -> Tracing:
+        """Offline traces of this process's trials (instruments agents on first trial)."""
+        from pytest_backintel.records.tracing import Tracing
+
+        with self._lock:
+            self._tracing = self._tracing or Tracing(self.run_dir, self.worker)
+            return self._tracing
+
+    def item_python(
+        self, store: ProvisionedStore, scenario: Scenario | None = None
+    ) -> ItemPython | ScopedPython | None:
+        """Python for the item: its store's file mounted when it lives on disk, and a query
+        channel to its own read-only sessions (a scoped folder, its reads watched, when the
+        scenario declares a scope)."""
+        if scenario is not None and scenario.scope is not None:
+            files = self.dataset(scenario)[0]
+            if scopeable(files):
+                return ScopedPython(self.sandboxes, files, scenario.scope, store.connect)
+            return ItemPython(self.sandboxes, None, store.connect)  # observed by its plans
+        return ItemPython(self.sandboxes, store.mount_path, store.connect)
+
+    def provision(self, scenario: Scenario) -> ProvisionedStore:
+        """The item's store (with the scope's denied grants withheld)."""
+        backend = self.store_for(scenario)
+        return backend.provision(item_files(self.dataset(scenario)[0], scenario.scope, backend))
+
+    def probes_for(
+        self, scenario: Scenario, with_python: bool, *, warm: bool = False
+    ) -> list[DataProbe]:
+        """The data probes of the scenario's dataset on its backend (built once, shared by
+        concurrent trials); `warm` only starts building them in the background."""
+        python = evidence_runner(lambda: self.sandboxes) if with_python else None
+        spec, (files, data_hash) = store_spec(scenario, self.options.store), self.dataset(scenario)
+        if warm:
+            store, after = self.store_for(scenario), self.model_called.wait
+            self.probes.warm(spec, store, files, python, data_hash, after)
+            return []
+        return self.probes.get(spec, self.store_for(scenario), files, python, data_hash)
+
+    def permuted_python(
+        self, scenario: Scenario, check: Check = "labels"
+    ) -> Callable[[str], Mapping[str, Any]] | None:
+        """A Python evidence runner over the prediction scenario's dataset with its training
+        labels permuted or its scoring features shuffled (`check`; a SQLite copy built once);
+        None without a SQLite build."""
+        spec = scenario.prediction
+        files, data_hash = self.dataset(scenario)
+        if spec is None or files.sqlite_path is None:
+            return None
+        copy = shuffled_copy(files.sqlite_path, spec, self.data_dir / "permuted", check, data_hash)
+        return evidence_runner(lambda: self.sandboxes)(copy, None)
+
+    @property
+    def data_dir(self) -> Path:
+        return data_dir(self.root)
+
+    def dataset(self, scenario: Scenario) -> tuple[DatasetFiles, str]:
+        """The built files of a scenario's world and their data hash (built once, locked)."""
+        key = (scenario.dataset.world, scenario.dataset.snapshot)
+        with self._lock:
+            if (source := user_source(scenario.dataset)) is not None:
+                check_name(self.__dict__.setdefault("_source_names", {}), source)
+        built = self.worlds_ahead.get(key, lambda: self._build_world(scenario), world_label(key))
+        return built[:2]
+
+    def _build_world(self, scenario: Scenario) -> tuple[DatasetFiles, str, World]:
+        key = (scenario.dataset.world, scenario.dataset.snapshot)
+        with self._lock:
+            world = world_for(scenario.dataset)
+        files = world.ensure_built(self.data_dir, snapshot=key[1])
+        built = self._worlds[key] = (files, world.data_hash(files), world)
+        return built
+
+    def verify_data(self, scenario: Scenario) -> list[str]:
+        """Problems with the scenario's pinned data files (acceptance fixtures), if any."""
+        return world_for(scenario.dataset).verify(self.data_dir, scenario.dataset.snapshot)
+
+    def reference(self, item: ScenarioItem) -> Mapping[str, Any]:
+        """Evaluator-owned reference values; called only after the analyst has answered."""
+        if item.manifest is not None:
+            return manifest_reference(item.manifest, item.scenario.id)
+        files, data_hash = self.dataset(item.scenario)
+        world = self._worlds[(item.scenario.dataset.world, item.scenario.dataset.snapshot)][2]
+        return world.reference(item.scenario, files, data_hash)
