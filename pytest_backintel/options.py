@@ -24,6 +24,7 @@ __all__ = [
     "RunLimits",
     "add_options",
     "analyst_label",
+    "analyst_problem",
     "parse_rebinding",
     "read_options",
     "spec_kind",
@@ -119,6 +120,14 @@ class BenchOptions:
     models: tuple[str, ...] = ()
     """`--model A --model B ...`: a model matrix (two or more models; `model` is then None),
     every trial of the plan run once per model (see `pytest_backintel.run.matrix`)."""
+    analyst_from: tuple[Path, int] | None = None
+    """The suite file (and line) whose `analyst:` this is, when `--analyst` was not given: a
+    `cmd:` agent's paths are relative to that file's folder."""
+
+    @property
+    def analyst_dir(self) -> Path | None:
+        """The folder a `cmd:` analyst's paths resolve in (None: the run's working directory)."""
+        return self.analyst_from[0].parent if self.analyst_from else None
 
 
 def _number(value: str, parse: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
@@ -161,28 +170,46 @@ def shard_spec(value: str) -> tuple[int, int]:
     return int(index), int(total)
 
 
-def analyst_spec(value: str) -> str:
+SUITE_ANALYSTS = f"{', '.join(CALIBRATION_ANALYSTS)}, model, cmd:COMMAND or pkg.module:callable"
+"""What a suite file's `analyst:` may name (a replay is chosen per run, on the command line)."""
+
+
+def analyst_problem(value: object, *, suite: bool = False) -> str | None:
+    """What is wrong with an analyst spec (None: nothing); `suite` for a suite file's
+    `analyst:`, which may not be a replay."""
+    if suite and not isinstance(value, str):
+        return f"a text naming the analyst ({SUITE_ANALYSTS}), got {value!r}"
+    assert isinstance(value, str)
     if value.startswith("replay:"):
-        if not value.removeprefix("replay:"):
-            raise pytest.UsageError(
-                f"--analyst {value!r}: give the recorded run folder, as in replay:results/<run-id>"
+        if suite:
+            return (
+                f"{value!r}: a replay is chosen per run, on the command line (--analyst "
+                f"{value}); a suite file names {SUITE_ANALYSTS}"
             )
-        return value
+        if not value.removeprefix("replay:"):
+            return "give the recorded run folder, as in replay:results/<run-id>"
+        return None
     if value.startswith("cmd:"):
         if not value.removeprefix("cmd:").strip():
-            raise pytest.UsageError(
-                f'--analyst {value!r}: give the agent\'s command, as in cmd:"python my_agent.py"'
-            )
-        return value
+            return 'give the agent\'s command, as in cmd:"python my_agent.py"'
+        return None
     ok = value in (*CALIBRATION_ANALYSTS, "model") or (
         ":" in value and all(part for part in value.split(":", 1))
     )
-    if not ok:
-        raise pytest.UsageError(
-            f"--analyst {value!r} is not an analyst: use one of "
-            f"{', '.join(CALIBRATION_ANALYSTS)}, model, replay:DIR, cmd:COMMAND, or "
-            "pkg.module:callable"
-        )
+    if ok:
+        return None
+    if suite:
+        return f"{value!r} is not an analyst: use one of {SUITE_ANALYSTS}"
+    return (
+        f"is not an analyst: use one of {', '.join(CALIBRATION_ANALYSTS)}, model, replay:DIR, "
+        "cmd:COMMAND, or pkg.module:callable"
+    )
+
+
+def analyst_spec(value: str) -> str:
+    if problem := analyst_problem(value):
+        sep = " " if problem.startswith("is not") else ": "
+        raise pytest.UsageError(f"--analyst {value!r}{sep}{problem}")
     return value
 
 
@@ -403,11 +430,15 @@ def read_options(
     config: pytest.Config,
     models: list[str] | None = None,
     trials: Callable[[int | str], int] = int,
+    suite_analyst: tuple[str, Path, int] | None = None,
 ) -> BenchOptions:
     """The options; `models` are the checked `--model` values, or a suite file's models
     (`pytest_backintel.run.matrix.models_of`); None reads `--model` as given; `trials` turns
-    `--trials` (a number, or `auto:EFFECT:BASELINE`) into a count."""
+    `--trials` (a number, or `auto:EFFECT:BASELINE`) into a count; `suite_analyst` is a
+    suite file's `analyst:` (spec, file, line), used when `--analyst` is not given."""
     explicit = config.getoption("--analyst")
+    suite = None if explicit or suite_analyst is None else suite_analyst
+    explicit = explicit or (suite[0] if suite else None)
     models = list(config.getoption("--model") or []) if models is None else models
     model = models[0] if len(models) == 1 else None
     if not models:
@@ -460,4 +491,5 @@ def read_options(
         shard=config.getoption("--shard"),
         shard_durations=Path(d) if (d := config.getoption("--shard-durations")) else None,
         analyst_unsandboxed=config.getoption("--analyst-unsandboxed"),
+        analyst_from=(suite[1], suite[2]) if suite else None,
     )

@@ -57,6 +57,7 @@ from pytest_backintel.run.resume import Resumption
 from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeable
 from pytest_backintel.run.shards import select_shard
 from pytest_backintel.run.streak import ProviderStreak
+from pytest_backintel.run.suite_run import suite_analyst
 from pytest_backintel.run.trial import TrialResult, run_trial
 from pytest_backintel.run.worker_death import die_with_controller
 from pytest_backintel.run.world_builds import WorldBuilds, world_label, worlds_wanted
@@ -83,7 +84,7 @@ class BenchSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.options: BenchOptions = run_folder.replayed(
-            read_options(config, models_of(config), resolve_trials)
+            read_options(config, models_of(config), resolve_trials, suite_analyst(config))
         )
         self.matrix = ModelMatrix.of(self.options)  # None: one model, or none
         self.root = config.rootpath
@@ -147,6 +148,7 @@ class BenchSession:
                 opts.analyst,
                 AnalystConfig(opts.model, opts.model_base_url, opts.limits, opts.max_connections),
                 unsandboxed=opts.analyst_unsandboxed,
+                cwd=opts.analyst_dir,
             )
         return self._analyst
 
@@ -331,7 +333,9 @@ class BenchSession:
         try:
             loaded = analysts_of(self)
         except AnalystLoadError as exc:
-            raise pytest.UsageError(str(exc)) from exc
+            given = self.options.analyst_from  # a suite file's `analyst:` says where it is
+            where = f"{given[0]}:{given[1]}: analyst (from the suite file): " if given else ""
+            raise pytest.UsageError(f"{where}{exc}") from exc
         for analyst, opts in loaded if model else []:
             run_folder.preflight(analyst, opts, lambda: None)
 
