@@ -6,6 +6,7 @@ file's line and what is allowed."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import sys
@@ -21,21 +22,21 @@ AGENT = Path(__file__).parent / "agents" / "mcp_agent.py"
 SQL = "SELECT COUNT(*) AS delivered_orders FROM orders WHERE status = 'delivered'"
 QUESTION = "How many orders were delivered?"
 
-SUITE = """name: shop
-datasets:
-  shop: {sqlite: ../shop.sqlite}
-dataset: shop
-split: development
-level: 1
-analyst: cmd:python ../agents/mcp_agent.py
-"""
-ANALYST_LINE = 7
+DOC = Path(__file__).resolve().parents[1] / "docs" / "external-agents.md"
+SECTION = DOC.read_text().split("## The same in a suite file", 1)[1].split("\n## ", 1)[0]
+(SUITE,) = re.findall(r"```yaml file=shop/backintel-suite.yaml\n(.*?)```", SECTION, re.S)
+"""The page's suite file, as the page shows it."""
+(COMMAND,) = re.findall(r"^    (uv run pytest .*)$", SECTION, re.M)
+"""The page's command."""
+SPEC = "cmd:python ../agents/my_agent.py"
+ANALYST_LINE = 6
 
 SCENARIO = f"""
 id: delivered-orders
 version: 1
 title: delivered
 question: {QUESTION}
+level: 1
 family: counts
 answerable: true
 metrics:
@@ -59,13 +60,13 @@ def repo(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makepyprojecttoml('[project]\nname = "shop-bench"\nversion = "0.1.0"\n')
     agents = pytester.path / "agents"  # the agent's own folder, beside the suite
     agents.mkdir()
-    shutil.copy(AGENT, agents / AGENT.name)
+    shutil.copy(AGENT, agents / "my_agent.py")  # the test agent: answers over MCP
     plan = {
         "mode": "reference",
         "questions": {QUESTION: {"sql": SQL, "units": {"delivered_orders": "rows"}}},
     }
     (agents / "plan.json").write_text(json.dumps(plan))
-    suite = pytester.path / "suite"
+    suite = pytester.path / "shop"
     suite.mkdir()
     (suite / "backintel-suite.yaml").write_text(SUITE)
     (suite / "delivered-orders.scenario.yaml").write_text(SCENARIO)
@@ -81,10 +82,14 @@ def _records(repo: pytest.Pytester, run_id: str) -> list[dict[str, Any]]:
 
 @pytest.mark.skipif(find_bwrap() is None, reason="bubblewrap is not installed")
 def test_a_suite_files_external_agent_answers_from_its_sandbox(repo: pytest.Pytester) -> None:
-    # `../agents/mcp_agent.py` is relative to the suite file's folder, not to where pytest runs
-    result = repo.runpytest_subprocess("suite", "-p", "no:xdist", "--run-id", "s")
+    # the page's command; `../agents/my_agent.py` is relative to the suite file's folder, not
+    # to where pytest runs
+    assert SPEC in SUITE
+    args = COMMAND.split()
+    assert args[:3] == ["uv", "run", "pytest"]
+    result = repo.runpytest_subprocess(*args[3:], "-p", "no:xdist")
     result.assert_outcomes(passed=1)
-    (record,) = _records(repo, "s")
+    (record,) = _records(repo, "shop-agent")
     assert record["outcome"] == "pass"
     tools = [c["tool"] for c in record["tool_calls"]]
     assert tools[-2:] == ["run_sql", "submit_answer"]
@@ -92,17 +97,17 @@ def test_a_suite_files_external_agent_answers_from_its_sandbox(repo: pytest.Pyte
     external = record["external"]
     assert external["sandboxed"] is True
     assert external["answered_by"] == "tool"
-    header = json.loads((repo.path / "results" / "s" / "run.json").read_text())
-    assert header["analyst"]["spec"] == "cmd:python ../agents/mcp_agent.py"
+    header = json.loads((repo.path / "results" / "shop-agent" / "run.json").read_text())
+    assert header["analyst"]["spec"] == SPEC
     assert header["analyst"]["kind"] == "external"
-    suite = repo.path / "suite" / "backintel-suite.yaml"
+    suite = repo.path / "shop" / "backintel-suite.yaml"
     assert header["analyst"]["suite_file"] == f"{suite}:{ANALYST_LINE}"
     assert "unsafe" not in header["analyst"]
 
 
 def test_the_command_lines_analyst_chooses_over_the_suite_files(repo: pytest.Pytester) -> None:
     result = repo.runpytest_subprocess(
-        "suite", "-p", "no:xdist", "--analyst", "refuse-all", "--run-id", "c"
+        "shop", "-p", "no:xdist", "--analyst", "refuse-all", "--run-id", "c"
     )
     result.assert_outcomes(failed=1)  # the question is answerable: a refusal fails it
     (record,) = _records(repo, "c")
@@ -131,19 +136,19 @@ def test_the_command_lines_analyst_chooses_over_the_suite_files(repo: pytest.Pyt
 def test_a_bad_analyst_in_a_suite_file_names_its_line(
     repo: pytest.Pytester, value: str, message: str
 ) -> None:
-    suite = repo.path / "suite" / "backintel-suite.yaml"
-    suite.write_text(SUITE.replace("cmd:python ../agents/mcp_agent.py", value))
-    result = repo.runpytest_subprocess("suite", "-p", "no:xdist")
+    suite = repo.path / "shop" / "backintel-suite.yaml"
+    suite.write_text(SUITE.replace(SPEC, value))
+    result = repo.runpytest_subprocess("shop", "-p", "no:xdist")
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
     assert f"{suite}:{ANALYST_LINE}: analyst: {message}" in result.stderr.str()
     assert not (repo.path / "results").exists()
 
 
 def test_an_agent_folder_holding_the_suite_is_refused(repo: pytest.Pytester) -> None:
-    suite = repo.path / "suite" / "backintel-suite.yaml"
-    shutil.copy(AGENT, suite.parent / AGENT.name)  # the scenarios would be mounted with it
-    suite.write_text(SUITE.replace("../agents/mcp_agent.py", "mcp_agent.py"))
-    result = repo.runpytest_subprocess("suite", "-p", "no:xdist")
+    suite = repo.path / "shop" / "backintel-suite.yaml"
+    shutil.copy(AGENT, suite.parent / "my_agent.py")  # the scenarios would be mounted with it
+    suite.write_text(SUITE.replace("../agents/my_agent.py", "my_agent.py"))
+    result = repo.runpytest_subprocess("shop", "-p", "no:xdist")
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
     err = result.stderr.str()
     assert f"{suite}:{ANALYST_LINE}: analyst (from the suite file): --analyst" in err
