@@ -138,10 +138,10 @@ def test_a_bad_analyst_in_a_suite_file_names_its_line(
 ) -> None:
     suite = repo.path / "shop" / "backintel-suite.yaml"
     suite.write_text(SUITE.replace(SPEC, value))
-    result = repo.runpytest_subprocess("shop", "-p", "no:xdist")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
-    assert f"{suite}:{ANALYST_LINE}: analyst: {message}" in result.stderr.str()
-    assert not (repo.path / "results").exists()
+    result = repo.runpytest_subprocess("shop", "-p", "no:xdist", "--run-id", "bad")
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()  # a collection error
+    assert f"{suite}:{ANALYST_LINE}: analyst: {message}" in result.stdout.str()
+    assert not (repo.path / "results" / "bad" / "records.jsonl").exists()
 
 
 def test_an_agent_folder_holding_the_suite_is_refused(repo: pytest.Pytester) -> None:

@@ -3,7 +3,8 @@
 
 The suite file read is the nearest one above each folder or file the run names (its
 arguments, else the folder it started in) that gives the field; two that give different
-values are a usage error. A suite file's `analyst: cmd:...` resolves its paths in the suite
+values are a usage error (an invalid suite file is left to collection, which names it at its
+line, and nothing runs). A suite file's `analyst: cmd:...` resolves its paths in the suite
 file's folder (`BenchOptions.analyst_dir`); `--analyst-unsandboxed` is the command line's
 choice alone.
 """
@@ -30,8 +31,8 @@ def suite_field(config: pytest.Config, key: str) -> tuple[Any, Suite] | None:
         folder = start if start.is_dir() else start.parent
         try:
             suite = nearest(folder / "_", key) if folder.is_dir() else None
-        except SuiteFileError as exc:  # a bad suite file: said before anything runs
-            raise pytest.UsageError(str(exc)) from exc
+        except SuiteFileError:  # a bad suite file: collection names it at its line, and
+            continue  # nothing runs (`validate` names it too)
         if suite is not None:
             found.setdefault(repr(suite.own[key]), (suite.own[key], suite))
     if len(found) > 1:
