@@ -71,29 +71,47 @@ def analyst_label(spec: str) -> str | None:
     return {"calibration": CALIBRATION_LABEL, "replay": REPLAY_LABEL}.get(spec_kind(spec))
 
 
-def check_analyst_spec(value: str) -> str:
-    """An `--analyst` value as given, else a ValueError naming what is allowed."""
+SUITE_ANALYSTS = f"{', '.join(CALIBRATION_ANALYSTS)}, model, cmd:COMMAND or pkg.module:callable"
+"""What a suite file's `analyst:` may name (a replay is chosen per run, on the command line)."""
+
+
+def analyst_problem(value: object, *, suite: bool = False) -> str | None:
+    """What is wrong with an analyst spec (None: nothing); `suite` for a suite file's
+    `analyst:`, which may not be a replay."""
+    if suite and not isinstance(value, str):
+        return f"a text naming the analyst ({SUITE_ANALYSTS}), got {value!r}"
+    assert isinstance(value, str)
     if value.startswith("replay:"):
-        if not value.removeprefix("replay:"):
-            raise ValueError(
-                f"--analyst {value!r}: give the recorded run folder, as in replay:results/<run-id>"
+        if suite:
+            return (
+                f"{value!r}: a replay is chosen per run, on the command line (--analyst "
+                f"{value}); a suite file names {SUITE_ANALYSTS}"
             )
-        return value
+        if not value.removeprefix("replay:"):
+            return "give the recorded run folder, as in replay:results/<run-id>"
+        return None
     if value.startswith("cmd:"):
         if not value.removeprefix("cmd:").strip():
-            raise ValueError(
-                f'--analyst {value!r}: give the agent\'s command, as in cmd:"python my_agent.py"'
-            )
-        return value
+            return 'give the agent\'s command, as in cmd:"python my_agent.py"'
+        return None
     ok = value in (*CALIBRATION_ANALYSTS, "model") or (
         ":" in value and all(part for part in value.split(":", 1))
     )
-    if not ok:
-        raise ValueError(
-            f"--analyst {value!r} is not an analyst: use one of "
-            f"{', '.join(CALIBRATION_ANALYSTS)}, model, replay:DIR, cmd:COMMAND, or "
-            "pkg.module:callable"
-        )
+    if ok:
+        return None
+    if suite:
+        return f"{value!r} is not an analyst: use one of {SUITE_ANALYSTS}"
+    return (
+        f"is not an analyst: use one of {', '.join(CALIBRATION_ANALYSTS)}, model, replay:DIR, "
+        "cmd:COMMAND, or pkg.module:callable"
+    )
+
+
+def check_analyst_spec(value: str) -> str:
+    """An `--analyst` value as given, else a ValueError naming what is allowed."""
+    if problem := analyst_problem(value):
+        sep = " " if problem.startswith("is not") else ": "
+        raise ValueError(f"--analyst {value!r}{sep}{problem}")
     return value
 
 

@@ -81,12 +81,20 @@ class BenchOptions:
     shard: tuple[int, int] | None = None
     """`--shard I/N`: this process runs part I (1-based) of N of the planned trials."""
     shard_durations: Path | None = None
+    """`--shard-durations RUN_DIR`: balance the shards by that run's recorded latencies."""
     analyst_unsandboxed: bool = False
     """A `cmd:` agent runs outside the sandbox (unsafe: every record says so)."""
-    """`--shard-durations RUN_DIR`: balance the shards by that run's recorded latencies."""
     models: tuple[str, ...] = ()
     """`--model A --model B ...`: a model matrix (two or more models; `model` is then None),
     every trial of the plan run once per model (see `pytest_backintel.run.matrix`)."""
+    analyst_from: tuple[Path, int] | None = None
+    """The suite file (and line) whose `analyst:` this is, when `--analyst` was not given: a
+    `cmd:` agent's paths are relative to that file's folder."""
+
+    @property
+    def analyst_dir(self) -> Path | None:
+        """The folder a `cmd:` analyst's paths resolve in (None: the run's working directory)."""
+        return self.analyst_from[0].parent if self.analyst_from else None
 
 
 def _number(value: str, parse: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
@@ -314,37 +322,26 @@ def add_options(parser: pytest.Parser) -> None:
     )
 
 
-def _resumed(config: pytest.Config) -> tuple[str | None, bool]:
-    """The run `--resume` or `--retry-blocked` names, and whether blocked trials run again."""
-    resume, retry = config.getoption("--resume"), config.getoption("--retry-blocked")
-    if resume and retry:
-        raise pytest.UsageError("give --resume or --retry-blocked, not both")
-    run = resume or retry
-    run_id, append = config.getoption("--run-id"), config.getoption("--append-run")
-    if run and ((run_id and run_id != run) or append):
-        which = "--resume" if resume else "--retry-blocked"
-        raise pytest.UsageError(
-            f"{which} {run} appends to that run's own folder: leave out --run-id and --append-run"
-        )
-    return run, bool(retry)
-
-
 def read_options(
     config: pytest.Config,
     models: list[str] | None = None,
     trials: Callable[[int | str], int] = int,
+    suite_analyst: tuple[str, Path, int] | None = None,
 ) -> BenchOptions:
     """The options; `models` are the checked `--model` values, or a suite file's models
     (`pytest_backintel.run.matrix.models_of`); None reads `--model` as given; `trials` turns
-    `--trials` (a number, or `auto:EFFECT:BASELINE`) into a count."""
+    `--trials` (a number, or `auto:EFFECT:BASELINE`) into a count; `suite_analyst` is a
+    suite file's `analyst:` (spec, file, line), used when `--analyst` is not given."""
     explicit = config.getoption("--analyst")
+    suite = None if explicit or suite_analyst is None else suite_analyst
+    explicit = explicit or (suite[0] if suite else None)
     models = list(config.getoption("--model") or []) if models is None else models
     model = models[0] if len(models) == 1 else None
     if not models:
         model = os.environ.get("BACKINTEL_MODEL") or None
     base_url = config.getoption("--model-base-url") or os.environ.get("BACKINTEL_MODEL_BASE_URL")
     analyst = explicit or ("model" if model or models else "reference")
-    resumed = _resumed(config)
+    resume, retry = config.getoption("--resume"), config.getoption("--retry-blocked")
     if analyst == "model" and not (model or models):
         raise pytest.UsageError("--analyst model needs --model or BACKINTEL_MODEL")
     if len(models) > 1 and spec_kind(analyst) in ("calibration", "replay"):
@@ -362,7 +359,7 @@ def read_options(
         concurrency=config.getoption("--concurrency"),
         max_connections=config.getoption("--max-connections"),
         results_dir=Path(config.getoption("--results-dir")),
-        run_id=resumed[0] or config.getoption("--run-id"),
+        run_id=resume or retry or config.getoption("--run-id"),
         limits=AnalystLimits(
             max_requests=config.getoption("--max-requests"),
             max_tool_calls=config.getoption("--max-tool-calls"),
@@ -385,9 +382,10 @@ def read_options(
         freeze_baseline=config.getoption("--freeze-baseline"),
         max_provider_failures=config.getoption("--max-provider-failures"),
         append_run=config.getoption("--append-run"),
-        resume=resumed[0],
-        retry_blocked=resumed[1],
+        resume=resume or retry,
+        retry_blocked=bool(retry),
         shard=config.getoption("--shard"),
         shard_durations=Path(d) if (d := config.getoption("--shard-durations")) else None,
         analyst_unsandboxed=config.getoption("--analyst-unsandboxed"),
+        analyst_from=(suite[1], suite[2]) if suite else None,
     )

@@ -46,6 +46,10 @@ NOT_COLLECTED: dict[str, str] = {
         "replays the external agent's run the command before it recorded; "
         "tests/test_example_agents.py records and replays"
     ),
+    "uv run pytest shop --run-id shop-agent": (
+        "runs a suite folder of the user's own; tests/test_suite_analyst.py builds the page's "
+        "suite file and runs this command on it"
+    ),
     "uv run pytest -m development --resume <run-id>": (
         "finishes a run interrupted before; tests/test_resume_retry.py kills one and resumes it"
     ),

@@ -13,8 +13,9 @@ suite file's folder name), `policy` (how `backintel compare` decides: `mandatory
 `controls` that must not regress, `alpha` the significance level), `datasets` (aliases a
 scenario names as `dataset: <alias>`, each bound to one source, relative to this file) and
 `models` (the models a run of this folder measures when `--model` is not given: two or more
-make a model matrix, see `pytest_backintel.run.matrix`). A
-scenario takes
+make a model matrix, see `pytest_backintel.run.matrix`) and `analyst` (the analyst a run of
+this folder measures when `--analyst` is not given, a `cmd:` agent's paths relative to this
+file, see `pytest_backintel.run.suite_run`). A scenario takes
 each field it does not give itself from the nearest suite file above it (its own folder
 first, then each parent up to the project root: the first folder holding `pyproject.toml` or
 `.git`; an installed package's scenarios look no higher than their package); a field the
@@ -31,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from pytest_backintel.analyst_api import analyst_problem
 from pytest_backintel.scenario import DSN_KINDS
 from stores.common.dsn import redact
 
@@ -54,9 +56,10 @@ __all__ = [
 SUITE_FILE = "backintel-suite.yaml"
 SHARED = ("dataset", "split", "level", "family")
 """The scenario fields a suite file may give."""
-SUITE_ONLY = ("name", "policy", "datasets", "models")
-"""The suite file's own fields: its name, its comparison policy, its dataset aliases and the
-models a run of its folder measures (two or more: a model matrix; `--model` overrides)."""
+SUITE_ONLY = ("name", "policy", "datasets", "models", "analyst")
+"""The suite file's own fields: its name, its comparison policy, its dataset aliases, the
+models a run of its folder measures (two or more: a model matrix; `--model` overrides) and its
+analyst (`--analyst` overrides)."""
 _ROOT_MARKERS = ("pyproject.toml", ".git")
 
 
@@ -133,7 +136,8 @@ def _problem(suite: Suite, key: str, field_name: str, msg: str) -> tuple[int, st
 
 
 def check_suite_fields(suite: Suite) -> list[tuple[int, str, str]]:
-    """Problems of a suite file's own fields (`name`, `policy`, `datasets`)."""
+    """Problems of a suite file's own fields (`name`, `policy`, `models`, `analyst`,
+    `datasets`)."""
     from pydantic import ValidationError
 
     from pytest_backintel.scenario import DatasetBinding
@@ -171,6 +175,8 @@ def check_suite_fields(suite: Suite) -> list[tuple[int, str, str]]:
         msg = "a list of distinct model strings (e.g. [openai:gpt-5.1, openai:gpt-5-mini])"
         msg += f", got {models!r}"
         out.append(_problem(suite, "models", "models", msg))
+    if "analyst" in suite.own and (bad := analyst_problem(suite.own["analyst"], suite=True)):
+        out.append(_problem(suite, "analyst", "analyst", bad))
     datasets = suite.own.get("datasets", {})
     if not isinstance(datasets, dict):
         out.append(_problem(suite, "datasets", "datasets", f"a mapping, got {datasets!r}"))

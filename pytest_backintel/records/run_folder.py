@@ -165,6 +165,7 @@ def run_header(
             if opts.analyst_unsandboxed
             else analyst_label(opts.analyst) or "model under test",
             **({"unsafe": UNSAFE_AGENT} if opts.analyst_unsandboxed else {}),
+            **({"suite_file": f"{f[0]}:{f[1]}"} if (f := opts.analyst_from) else {}),
         },
         "model": opts.model,
         "model_base_url": opts.model_base_url,

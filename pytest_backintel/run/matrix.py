@@ -25,13 +25,13 @@ import pytest
 
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.collect.items import model_slug
-from pytest_backintel.collect.suites import SuiteFileError, nearest
 from pytest_backintel.options import BenchOptions, spec_kind
 from pytest_backintel.records.leaderboard import leaderboard_lines
 from pytest_backintel.records.matrix_folder import MATRIX_FILE
 from pytest_backintel.records.method_hash import analyst_method_hash, model_api_of
 from pytest_backintel.records.writer import read_json
 from pytest_backintel.run.analysts import load_analyst
+from pytest_backintel.run.suite_run import suite_analyst, suite_field
 from pytest_backintel.scoring.judging import check_judge
 
 __all__ = [
@@ -97,7 +97,12 @@ class ModelMatrix:
         model = model or self.models[0]
         with self._lock:
             if model not in self._analysts:
-                self._analysts[model] = load_analyst(self.options.analyst, self.config_for(model))
+                self._analysts[model] = load_analyst(
+                    self.options.analyst,
+                    self.config_for(model),
+                    unsandboxed=self.options.analyst_unsandboxed,
+                    cwd=self.options.analyst_dir,
+                )
             return self._analysts[model]
 
     def analysts(self) -> list[tuple[str, Analyst]]:
@@ -155,7 +160,7 @@ def model_matrix(given: list[str] | None, suite_models: list[str] | None) -> lis
 def models_of(config: pytest.Config) -> list[str]:
     """The models this run measures: `--model` (each once), else the suite file's (not for a
     calibration or replay run, which calls no model)."""
-    explicit = config.getoption("--analyst")
+    explicit = config.getoption("--analyst") or (a[0] if (a := suite_analyst(config)) else None)
     calls_no_model = explicit and spec_kind(explicit) in ("calibration", "replay")
     return model_matrix(
         config.getoption("--model"), None if calls_no_model else suite_models(config)
@@ -167,24 +172,8 @@ def suite_models(config: pytest.Config) -> list[str] | None:
     else where it started), when `--model` is not given; None when no suite file gives them."""
     if config.getoption("--model"):
         return None
-    base = config.invocation_params.dir
-    starts = [base / str(arg).split("::", 1)[0] for arg in config.args] or [base]
-    found: dict[tuple[str, ...], Path] = {}
-    for start in starts:
-        folder = start if start.is_dir() else start.parent
-        try:
-            suite = nearest(folder / "_", "models") if folder.is_dir() else None
-        except SuiteFileError as exc:  # a bad suite file: said before anything runs
-            raise pytest.UsageError(str(exc)) from exc
-        if suite is not None:
-            found.setdefault(tuple(suite.own["models"]), suite.path)
-    if len(found) > 1:
-        places = ", ".join(f"{path} ({', '.join(m)})" for m, path in found.items())
-        raise pytest.UsageError(
-            f"the suite files of this run name different models: {places}; run them apart, "
-            "or choose with --model"
-        )
-    return list(next(iter(found))) if found else None
+    got = suite_field(config, "models")
+    return list(got[0]) if got else None
 
 
 def matrix_summary(session: Any) -> list[str]:

@@ -21,7 +21,12 @@ from pytest_backintel.records.attempts import BLOCKED_OUTCOMES, attempt_fields, 
 from pytest_backintel.records.parts import read_shard
 from pytest_backintel.records.writer import now_iso, read_json, read_json_lines, read_records
 
-__all__ = ["IDENTITY", "Resumption", "read_json_list"]
+__all__ = [
+    "IDENTITY",
+    "Resumption",
+    "check_resumed",
+    "read_json_list",
+]
 
 IDENTITY: tuple[tuple[str, ...], ...] = (
     ("analyst", "spec"),
@@ -217,3 +222,18 @@ def read_json_list(path: Path) -> list[Any]:
     except (OSError, ValueError):
         return []
     return value if isinstance(value, list) else []
+
+
+def check_resumed(config: pytest.Config) -> None:
+    """A usage error for `--resume` with `--retry-blocked`, or either with `--run-id` or
+    `--append-run` (the run appends to its own folder)."""
+    resume, retry = config.getoption("--resume"), config.getoption("--retry-blocked")
+    if resume and retry:
+        raise pytest.UsageError("give --resume or --retry-blocked, not both")
+    run = resume or retry
+    run_id, append = config.getoption("--run-id"), config.getoption("--append-run")
+    if run and ((run_id and run_id != run) or append):
+        which = "--resume" if resume else "--retry-blocked"
+        raise pytest.UsageError(
+            f"{which} {run} appends to that run's own folder: leave out --run-id and --append-run"
+        )

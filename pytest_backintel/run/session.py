@@ -104,7 +104,9 @@ class BenchSession(SessionTrials):
         try:
             loaded = analysts_of(self)
         except AnalystLoadError as exc:
-            raise pytest.UsageError(str(exc)) from exc
+            given = self.options.analyst_from  # a suite file's `analyst:` says where it is
+            where = f"{given[0]}:{given[1]}: analyst (from the suite file): " if given else ""
+            raise pytest.UsageError(f"{where}{exc}") from exc
         for analyst, opts in loaded if model else []:
             run_folder.preflight(analyst, opts, lambda: None)
 

@@ -30,9 +30,10 @@ from pytest_backintel.run.analysts import load_analyst
 from pytest_backintel.run.budget import RunBudget
 from pytest_backintel.run.matrix import ModelMatrix, models_of
 from pytest_backintel.run.pipeline import TrialPipeline
-from pytest_backintel.run.resume import Resumption
+from pytest_backintel.run.resume import Resumption, check_resumed
 from pytest_backintel.run.scoped_python import ScopedPython, item_files, scopeable
 from pytest_backintel.run.streak import ProviderStreak
+from pytest_backintel.run.suite_run import suite_analyst
 from pytest_backintel.run.trial import TrialResult
 from pytest_backintel.run.worker_death import die_with_controller
 from pytest_backintel.run.world_builds import WorldBuilds, world_label
@@ -52,8 +53,9 @@ class SessionData:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        check_resumed(config)
         self.options: BenchOptions = run_folder.replayed(
-            read_options(config, models_of(config), resolve_trials)
+            read_options(config, models_of(config), resolve_trials, suite_analyst(config))
         )
         self.matrix = ModelMatrix.of(self.options)  # None: one model, or none
         self.root = config.rootpath
@@ -117,6 +119,7 @@ class SessionData:
                 opts.analyst,
                 AnalystConfig(opts.model, opts.model_base_url, opts.limits, opts.max_connections),
                 unsandboxed=opts.analyst_unsandboxed,
+                cwd=opts.analyst_dir,
             )
         return self._analyst
 

@@ -1,9 +1,10 @@
 """`--analyst cmd:"python my_agent.py"`: the agent's command and the folder mounted for it.
 
-The folder of the first argument that names an existing file is the agent's code, mounted
-read-only at AGENT_DIR inside the sandbox (and the argument rewritten to its path there). That
-folder may not hold the run's working directory: the scenarios, lock file and results would
-be mounted with it.
+The folder of the first argument that names an existing file (relative to the run's working
+directory, or for a suite file's `analyst:` to the suite file's folder) is the agent's code,
+mounted read-only at AGENT_DIR inside the sandbox (and the argument rewritten to its path
+there). That folder may not hold the run's working directory, nor the suite file's folder: the
+scenarios, lock file and results would be mounted with it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class AgentCommand:
 
 
 def parse_command(spec: str, cwd: Path) -> AgentCommand:
-    """Parse `cmd:...` (or the bare command) run from `cwd`."""
+    """Parse `cmd:...` (or the bare command), its paths relative to `cwd`."""
     text = spec.removeprefix(CMD_PREFIX).strip()
     try:
         argv = shlex.split(text)
@@ -54,10 +55,18 @@ def parse_command(spec: str, cwd: Path) -> AgentCommand:
             inside[index] = f"{AGENT_DIR}/{path.name}"
             argv[index] = str(path)
             break
-    if folder is not None and cwd.resolve().is_relative_to(folder):
+    held = [
+        d
+        for d in dict.fromkeys((cwd.resolve(), Path.cwd().resolve()))
+        if folder and d.is_relative_to(folder)
+    ]
+    if held:
+        what = "the run's working directory"
+        if held[0] != Path.cwd().resolve():
+            what = "the suite file's folder"
         raise AgentCommandError(
-            f"--analyst {spec!r}: the agent's folder {folder} holds the run's working directory "
-            f"{cwd.resolve()}, whose scenarios, lock file and results would be mounted into the "
-            "agent's sandbox; put the agent in a folder of its own (e.g. agents/my_agent.py)"
+            f"--analyst {spec!r}: the agent's folder {folder} holds {what} {held[0]}, whose "
+            "scenarios, lock file and results would be mounted into the agent's sandbox; put "
+            "the agent in a folder of its own (e.g. agents/my_agent.py)"
         )
     return AgentCommand(text, argv, inside, folder)
