@@ -10,7 +10,20 @@ import sys
 
 import pytest
 
-HEAVY = ("pyarrow", "polars", "numpy", "duckdb", "pydantic_ai", "pytest", "pydantic")
+HEAVY = (
+    "pyarrow",
+    "polars",
+    "numpy",
+    "duckdb",
+    "pydantic_ai",
+    "pytest",
+    "pydantic",
+    "mcp",
+    "uvicorn",
+    "scipy",
+    "statsmodels",
+    "sqlalchemy",
+)
 
 PROBE = """
 import json, sys

@@ -97,6 +97,10 @@ def comparable(record: dict) -> dict:
     same = {k: v for k, v in record.items() if k not in volatile}
     if same.get("evidence_budget"):  # the time re-execution took
         same["evidence_budget"] = {**same["evidence_budget"], "spent_s": None}
+    same["evidence"] = [  # how long each probe run took
+        {**e, "probes": [{**p, "seconds": None} for p in e.get("probes") or []]}
+        for e in same.get("evidence") or []
+    ]
     return same
 
 

@@ -261,8 +261,10 @@ class UserSource:
             return self._hash[1]
         import tempfile
 
-        if self.kind in DSN_KINDS:  # read in place as the DSN's user: no role, no copy
-            from stores.registry import load_source_class
+        from stores.registry import available_sources, load_source_class
+
+        if self.kind in DSN_KINDS and self.kind in available_sources():  # read as the DSN's
+            # user, in place: no role, no copy (a SQLAlchemy URL is hashed on an item below)
 
             with tempfile.TemporaryDirectory(prefix="backintel-hash-") as tmp:
                 source = load_source_class(self.kind).for_source(

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.options import CALIBRATION_ANALYSTS, REPLAY_PREFIX
-from pytest_backintel.run.external.agent import external_analyst
 from pytest_backintel.run.external.command import CMD_PREFIX, AgentCommandError
 
 __all__ = ["AnalystLoadError", "load_analyst"]
@@ -29,6 +28,9 @@ def load_analyst(
     `unsandboxed`."""
     if spec.startswith(CMD_PREFIX):
         try:
+            # the MCP server and the analyst's tools: imported only for a `cmd:` agent
+            from pytest_backintel.run.external.agent import external_analyst
+
             return external_analyst(spec, config, unsandboxed=unsandboxed, cwd=cwd)
         except AgentCommandError as exc:
             raise AnalystLoadError(str(exc)) from exc
