@@ -70,6 +70,16 @@ def part_lines(run_dir: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def _settled(server: ModelServer, quiet_s: float = 0.5) -> int:
+    """The server's request count once nothing a killed process sent is still being handled."""
+    count = len(server.requests)
+    while True:
+        time.sleep(quiet_s)
+        if len(server.requests) == count:
+            return count
+        count = len(server.requests)
+
+
 def test_a_run_killed_part_way_is_finished_by_resume(
     model_server: ModelServer, tmp_path: Path
 ) -> None:
@@ -98,7 +108,7 @@ def test_a_run_killed_part_way_is_finished_by_resume(
     assert not (cut_dir / "records.jsonl").exists(), "killed: the session never finished"
     finished = len([line for line in part_lines(cut_dir) if line.endswith("}")])
     assert 3 <= finished < 9, "killed part-way"
-    requests_before = len(model_server.requests)
+    requests_before = _settled(model_server)
 
     run(command(model_server, tmp_path, "--resume", "cut", *trials))
     resumed = records(cut_dir)
