@@ -13,7 +13,7 @@ import pytest
 from helpers import FEW
 from scipy.stats import norm
 
-from pytest_backintel.records.power import PlanError, make_plan, parse_auto_trials
+from pytest_backintel.records.power import PlanError, effect_floor, make_plan, parse_auto_trials
 from reports.cli import main
 from reports.testing import header, record, write_run
 
@@ -212,3 +212,14 @@ def test_a_blocked_trial_cannot_be_reviewed_and_a_later_review_supersedes(
     b = next(r for r in applied.records if r["scenario_id"] == "b")
     assert (b["outcome"], changed) == ("reviewed_fail", 1)
     assert [h["previous"] for h in b["review"]["history"]] == ["pass", "reviewed_fail", "pass"]
+
+
+def test_an_all_pass_baseline_still_needs_the_cases_the_effect_itself_calls_for() -> None:
+    """No variance in the baseline is no licence to detect 5 points with two cases: the plan
+    assumes at least the variance the shift itself brings, and says so."""
+    plan = make_plan({f"c{i}": [True] for i in range(131)}, effect=0.05)
+    assert plan.floored
+    assert plan.within_variance == effect_floor(0.05)
+    assert plan.cases_needed(1) == 150  # z**2 * 2 * 0.02375 / 0.05**2 with z = 2.8016
+    assert plan.trials_needed() == 2
+    assert "the baseline varied less" in plan.lines()[0]

@@ -30,6 +30,7 @@ __all__ = [
     "PlanError",
     "auto_trials",
     "baseline_outcomes",
+    "effect_floor",
     "make_plan",
     "parse_auto_trials",
     "resolve_trials",
@@ -56,6 +57,9 @@ class Plan:
     effect: float
     power: float = 0.8
     alpha: float = 0.05
+    floored: bool = False
+    """True when the baseline varied less than the effect itself would make it vary (an
+    all-pass baseline has no variance): `within_variance` is then `effect_floor(effect)`."""
 
     @property
     def z(self) -> float:
@@ -71,8 +75,6 @@ class Plan:
 
     def trials_needed(self) -> int:
         """Trials per case (in each run) for the effect over the baseline's cases."""
-        if self.within_variance == 0:
-            return 1
         return max(
             1, math.ceil(2 * self.within_variance * self.z**2 / (self.cases * self.effect**2))
         )
@@ -89,6 +91,11 @@ class Plan:
             if self.bounded
             else f"between-trial variance within cases ({self.baseline_trials} trials per case)"
         )
+        if self.floored:
+            source = (
+                f"the least a shift of {self.effect:g} brings, effect (1 - effect) / 2: the "
+                "baseline varied less (an all-pass or all-fail baseline does not vary at all)"
+            )
         out = [
             f"baseline: {self.cases} cases; sigma_w^2 = {self.within_variance:.4f} from {source}",
             f"design: paired by case, two-sided alpha {self.alpha:g}, power {self.power:g}; "
@@ -136,7 +143,17 @@ def make_plan(
     else:
         p = sum(v[0] for v in cases.values()) / len(cases)
         variance, bounded = p * (1 - p), True
-    return Plan(len(cases), top, variance, bounded, effect, power, alpha)
+    floored = variance < effect_floor(effect)
+    variance = max(variance, effect_floor(effect))
+    return Plan(len(cases), top, variance, bounded, effect, power, alpha, floored)
+
+
+def effect_floor(effect: float) -> float:
+    """The least within-case variance a plan assumes: a case that moves by `effect` between
+    the runs differs by a Bernoulli(effect) per trial pair, variance effect (1 - effect), half
+    of it in each run's sigma_w^2. Without it a baseline that never varies (all pass) would
+    make any difference look detectable with two cases."""
+    return effect * (1 - effect) / 2
 
 
 def baseline_outcomes(run: Path) -> dict[str, list[bool]]:
