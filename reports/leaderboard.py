@@ -12,22 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from reports.load import RunFolderError
+from reports.scorecard import TEMPLATES
 
 __all__ = ["MATRIX_FILE", "leaderboard_context", "read_matrix", "write_leaderboard"]
 
 MATRIX_FILE = "matrix.json"
-
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("reports", "templates"),
-    autoescape=jinja2.select_autoescape(["html.j2"]),
-    trim_blocks=True,
-    lstrip_blocks=True,
-    keep_trailing_newline=True,
-    undefined=jinja2.StrictUndefined,
-)
 
 
 def read_matrix(folder: Path) -> dict[str, Any] | None:
@@ -103,6 +93,6 @@ def write_leaderboard(folder: Path, out_dir: Path | None = None) -> list[Path]:
     out = []
     for name in ("leaderboard.md", "leaderboard.html"):
         path = target / name
-        path.write_text(_ENV.get_template(f"{name}.j2").render(**context), encoding="utf-8")
+        path.write_text(TEMPLATES.get_template(f"{name}.j2").render(**context), encoding="utf-8")
         out.append(path)
     return out

@@ -14,9 +14,9 @@ import jinja2
 from reports.charts import ChartFile
 from reports.summary import RunSummary
 
-__all__ = ["render_html", "render_markdown", "scorecard_context"]
+__all__ = ["TEMPLATES", "render_html", "render_markdown", "scorecard_context"]
 
-_ENV = jinja2.Environment(
+TEMPLATES = jinja2.Environment(  # the report templates, with the filters below
     loader=jinja2.PackageLoader("reports", "templates"),
     autoescape=jinja2.select_autoescape(["html.j2"]),
     trim_blocks=True,
@@ -41,9 +41,9 @@ def interval(value: dict[str, Any] | None, fmt: str = "{:.1%}") -> str:
     return f"[{fmt.format(value['low'])}, {fmt.format(value['high'])}]"
 
 
-_ENV.filters["pct"] = pct
-_ENV.filters["num"] = num
-_ENV.filters["interval"] = interval
+TEMPLATES.filters["pct"] = pct
+TEMPLATES.filters["num"] = num
+TEMPLATES.filters["interval"] = interval
 
 
 def _seconds(value: float | None) -> str:
@@ -187,11 +187,11 @@ def scorecard_context(summary: RunSummary, charts: list[ChartFile]) -> dict[str,
 
 
 def render_markdown(summary: RunSummary, charts: list[ChartFile]) -> str:
-    return _ENV.get_template("scorecard.md.j2").render(scorecard_context(summary, charts))
+    return TEMPLATES.get_template("scorecard.md.j2").render(scorecard_context(summary, charts))
 
 
 def render_html(summary: RunSummary, charts: list[ChartFile]) -> str:
-    return _ENV.get_template("scorecard.html.j2").render(scorecard_context(summary, charts))
+    return TEMPLATES.get_template("scorecard.html.j2").render(scorecard_context(summary, charts))
 
 
 def write_scorecards(summary: RunSummary, charts: list[ChartFile], out_dir: Path) -> list[Path]:

@@ -4,6 +4,7 @@ the scenario files and run records several test modules use."""
 from __future__ import annotations
 
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from pytest_backintel.collect.loading import DEFINITIONS_DIR
 from stores.base import DatasetFiles, ProvisionedStore
 from stores.sqlite.store import SQLiteStore
 
-__all__ = ["ANSWER", "CALIBRATION_CASES", "FEW", "SQL", "orders_store", "script"]
+__all__ = ["ANSWER", "CALIBRATION_CASES", "FEW", "SQL", "orders_store", "script", "shop_suite"]
 
 FEW = [
     DEFINITIONS_DIR / "level1" / "l1-item-grain.scenario.yaml",
@@ -57,6 +58,29 @@ def orders_store(folder: Path, rows: int) -> tuple[SQLiteStore, ProvisionedStore
     conn.close()
     backend = SQLiteStore(folder / "stores")
     return backend, backend.provision(DatasetFiles("shop", folder, sqlite_path=db))
+
+
+def shop_suite(pytester: Any, folder: str, suite: str, scenario: str) -> Path:
+    """A user's project in `pytester.path`: `shop.sqlite` (orders 1 and 3 delivered, 2
+    canceled), a pyproject, and the suite `folder` holding `suite` as its suite file and
+    `scenario` as its one scenario, references built; returns the suite folder."""
+    con = sqlite3.connect(pytester.path / "shop.sqlite")
+    con.executescript(
+        """
+        CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT NOT NULL);
+        INSERT INTO orders VALUES (1, 'delivered'), (2, 'canceled'), (3, 'delivered');
+        """
+    )
+    con.commit()
+    con.close()
+    pytester.makepyprojecttoml('[project]\nname = "shop-bench"\nversion = "0.1.0"\n')
+    path = pytester.path / folder
+    path.mkdir()
+    (path / "backintel-suite.yaml").write_text(suite)
+    (path / "delivered-orders.scenario.yaml").write_text(scenario)
+    built = pytester.run(Path(sys.executable).parent / "backintel", "references", "build")
+    assert built.ret == 0, built.stderr.str()
+    return path
 
 
 def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

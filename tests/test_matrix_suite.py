@@ -4,13 +4,9 @@ given each model by its factory, measured once per model in one session."""
 from __future__ import annotations
 
 import json
-import sqlite3
-import sys
-from pathlib import Path
 
 import pytest
-
-BIN = Path(sys.executable).parent
+from helpers import shop_suite
 
 AGENT = """
 from pytest_backintel.analyst_api import AnalystConfig, AnalystRun, AnalystTask
@@ -68,23 +64,8 @@ reference:
 
 @pytest.fixture
 def repo(pytester: pytest.Pytester) -> pytest.Pytester:
-    con = sqlite3.connect(pytester.path / "shop.sqlite")
-    con.executescript(
-        """
-        CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT NOT NULL);
-        INSERT INTO orders VALUES (1, 'delivered'), (2, 'canceled'), (3, 'delivered');
-        """
-    )
-    con.commit()
-    con.close()
-    pytester.makepyprojecttoml('[project]\nname = "shop-bench"\nversion = "0.1.0"\n')
     pytester.makepyfile(agent=AGENT)
-    suite = pytester.path / "suite"
-    suite.mkdir()
-    (suite / "backintel-suite.yaml").write_text(SUITE)
-    (suite / "delivered-orders.scenario.yaml").write_text(SCENARIO)
-    built = pytester.run(BIN / "backintel", "references", "build")
-    assert built.ret == 0, built.stderr.str()
+    shop_suite(pytester, "suite", SUITE, SCENARIO)
     return pytester
 
 

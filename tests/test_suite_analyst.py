@@ -8,16 +8,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import shop_suite
 
 from pytest_backintel.sandbox.bwrap import find_bwrap
 
-BIN = Path(sys.executable).parent
 AGENT = Path(__file__).parent / "agents" / "mcp_agent.py"
 SQL = "SELECT COUNT(*) AS delivered_orders FROM orders WHERE status = 'delivered'"
 QUESTION = "How many orders were delivered?"
@@ -48,16 +46,6 @@ reference:
 
 @pytest.fixture
 def repo(pytester: pytest.Pytester) -> pytest.Pytester:
-    con = sqlite3.connect(pytester.path / "shop.sqlite")
-    con.executescript(
-        """
-        CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT NOT NULL);
-        INSERT INTO orders VALUES (1, 'delivered'), (2, 'canceled'), (3, 'delivered');
-        """
-    )
-    con.commit()
-    con.close()
-    pytester.makepyprojecttoml('[project]\nname = "shop-bench"\nversion = "0.1.0"\n')
     agents = pytester.path / "agents"  # the agent's own folder, beside the suite
     agents.mkdir()
     shutil.copy(AGENT, agents / "my_agent.py")  # the test agent: answers over MCP
@@ -66,12 +54,7 @@ def repo(pytester: pytest.Pytester) -> pytest.Pytester:
         "questions": {QUESTION: {"sql": SQL, "units": {"delivered_orders": "rows"}}},
     }
     (agents / "plan.json").write_text(json.dumps(plan))
-    suite = pytester.path / "shop"
-    suite.mkdir()
-    (suite / "backintel-suite.yaml").write_text(SUITE)
-    (suite / "delivered-orders.scenario.yaml").write_text(SCENARIO)
-    built = pytester.run(BIN / "backintel", "references", "build")
-    assert built.ret == 0, built.stderr.str()
+    shop_suite(pytester, "shop", SUITE, SCENARIO)
     return pytester
 
 
