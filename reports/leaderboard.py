@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.load import RunFolderError
-from reports.scorecard import TEMPLATES
+from reports.templating import TEMPLATES
 
 __all__ = ["MATRIX_FILE", "leaderboard_context", "read_matrix", "write_leaderboard"]
 
