@@ -87,23 +87,28 @@ def find_cassette_dir(folder: Path) -> Path:
     )
 
 
-def read_cassette(cassettes: Path, key: str) -> list[dict[str, Any]]:
-    """The recorded message history (JSON form) of the trial `key`."""
-    path = cassette_path(cassettes, key)
+def _read_list(path: Path, what: str, missing: str) -> list[Any]:
+    """The JSON list in `path` (the `what` of one trial); `missing` says why it may be absent."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CassetteError(
-            f"no cassette for trial {key!r} at {path}: that trial was not recorded "
-            "(record it with --record and the same scenario and --trials)"
-        ) from None
+        raise CassetteError(missing) from None
     except (OSError, ValueError) as exc:
-        raise CassetteError(f"cassette {path} is not readable JSON: {exc}") from exc
+        raise CassetteError(f"{what} {path} is not readable JSON: {exc}") from exc
     if not isinstance(data, list):
-        raise CassetteError(
-            f"cassette {path}: expected a list of messages, got {type(data).__name__}"
-        )
+        raise CassetteError(f"{what} {path}: expected a list, got {type(data).__name__}")
     return data
+
+
+def read_cassette(cassettes: Path, key: str) -> list[dict[str, Any]]:
+    """The recorded message history (JSON form) of the trial `key`."""
+    path = cassette_path(cassettes, key)
+    return _read_list(
+        path,
+        "cassette",
+        f"no cassette for trial {key!r} at {path}: that trial was not recorded "
+        "(record it with --record and the same scenario and --trials)",
+    )
 
 
 def _exchanges_path(cassettes: Path, key: str) -> Path:
@@ -124,15 +129,12 @@ def write_exchanges(run_dir: Path, key: str, exchanges: list[dict[str, Any]]) ->
 def read_exchanges(cassettes: Path, key: str) -> list[dict[str, Any]]:
     """The model gateway's recorded exchanges of the trial `key`, for a replaying gateway."""
     path = _exchanges_path(cassettes, key)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CassetteError(
-            f"no gateway recording for trial {key!r} at {path}: that trial was not recorded "
-            "through the model gateway (record it with --record)"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise CassetteError(f"gateway recording {path} is not readable JSON: {exc}") from exc
-    if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
+    data = _read_list(
+        path,
+        "gateway recording",
+        f"no gateway recording for trial {key!r} at {path}: that trial was not recorded "
+        "through the model gateway (record it with --record)",
+    )
+    if not all(isinstance(e, dict) for e in data):
         raise CassetteError(f"gateway recording {path}: expected a list of exchanges")
     return data
