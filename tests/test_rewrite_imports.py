@@ -1,5 +1,6 @@
-"""`tools/rewrite_imports.py` moves code written against the flat `stores/` (and the old
-scenario and evidence modules) to the package-per-backend layout, from `tools/renames.tsv`.
+"""`backintel rewrite-imports` moves code written against the flat `stores/` (and the old
+scenario and evidence modules) to the package-per-backend layout, from the map beside
+`pytest_backintel/cli/rewrite_imports.py`.
 
 This file shows the old names on purpose (rewrite-imports: keep-file)."""
 
@@ -12,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_backintel.cli import rewrite_imports
+
 ROOT = Path(__file__).resolve().parent.parent
-TOOL = ROOT / "tools" / "rewrite_imports.py"
-sys.path.insert(0, str(TOOL.parent))
-import rewrite_imports  # noqa: E402
+TOOL = [str(Path(sys.executable).parent / "backintel"), "rewrite-imports"]
 
 OLD = """\
 from stores import clickhouse_policy as policy
@@ -46,7 +47,7 @@ def test_it(monkeypatch):
 
 
 def _map() -> tuple[dict[str, str], set[str]]:
-    return rewrite_imports.load_map(TOOL.with_name("renames.tsv"))
+    return rewrite_imports.load_map(rewrite_imports.DEFAULT_MAP)
 
 
 def test_old_imports_strings_and_paths_are_rewritten_once(tmp_path: Path) -> None:
@@ -55,20 +56,17 @@ def test_old_imports_strings_and_paths_are_rewritten_once(tmp_path: Path) -> Non
     code.write_text(OLD)
     doc = tmp_path / "notes.md"
     doc.write_text("see `stores/pg_sweep.py` and `stores.sqlite_probe.TablePlan`\n")
-    run = [sys.executable, str(TOOL), str(tmp_path)]
-    out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
-    assert sorted(out.split()) == sorted([str(code), str(doc)])
+    out = subprocess.run([*TOOL, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert sorted(out.stdout.split()) == sorted([str(code), str(doc)])
     assert code.read_text() == NEW
     assert doc.read_text() == "see `stores/postgres/sweep.py` and `stores.probe.TablePlan`\n"
-    again = subprocess.run([*run[:2], "--check", *run[2:]], capture_output=True, text=True)
+    again = subprocess.run([*TOOL, "--check", str(tmp_path)], capture_output=True, text=True)
     assert again.returncode == 0, again.stdout  # a second run changes nothing
 
 
 def test_check_lists_what_would_change_and_fails(tmp_path: Path) -> None:
     (tmp_path / "old.py").write_text("from stores.pg_conn import ident\n")
-    done = subprocess.run(
-        [sys.executable, str(TOOL), "--check", str(tmp_path)], capture_output=True, text=True
-    )
+    done = subprocess.run([*TOOL, "--check", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 1
     assert done.stdout.strip() == str(tmp_path / "old.py")
     assert (tmp_path / "old.py").read_text() == "from stores.pg_conn import ident\n"

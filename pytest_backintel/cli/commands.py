@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_backintel.cli.common import rebound
+from pytest_backintel.cli.rewrite_imports import register as register_rewrite_imports
 from pytest_backintel.cli.score import score_command
 from pytest_backintel.cli.store_table import register as register_stores
 from pytest_backintel.run.cleanup import register as register_clean
@@ -203,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_clean(sub)
     register_merge(sub)
     register_stores(sub)
+    register_rewrite_imports(sub)
     register_serve_tools(sub)
     for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
         command.load()(sub, {"data": data, "references": refs})

@@ -1,6 +1,6 @@
 """Rewrite module paths after a move, from a map of old -> new dotted paths.
 
-    python tools/rewrite_imports.py [--map tools/renames.tsv] [--check] PATH...
+    backintel rewrite-imports [--map FILE] [--check] PATH...
 
 Each PATH is a file or a folder (searched for .py, .md, .toml, .txt, .yaml, .yml, .cfg,
 .ini, .json, .sh files, skipping .venv, .git and __pycache__). A map line is `old<TAB>new`:
@@ -29,8 +29,8 @@ from __future__ import annotations
 import argparse
 import ast
 import re
-import sys
 from pathlib import Path
+from typing import Any
 
 SUFFIXES = {".py", ".md", ".toml", ".txt", ".yaml", ".yml", ".cfg", ".ini", ".json", ".sh"}
 SKIP = {".venv", ".git", "__pycache__", "node_modules", ".mypy_cache", ".ruff_cache"}
@@ -186,12 +186,20 @@ def files_under(paths: list[Path]) -> list[Path]:
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="+", type=Path)
-    parser.add_argument("--map", type=Path, default=DEFAULT_MAP)
-    parser.add_argument("--check", action="store_true", help="list, do not write")
-    args = parser.parse_args(argv)
+def register(sub: Any) -> None:
+    """`backintel rewrite-imports`: move code written against old module paths."""
+    p = sub.add_parser(
+        "rewrite-imports",
+        help="rewrite imports and paths of modules this release moved (see docs/stores.md)",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
+    p.add_argument("paths", nargs="+", type=Path, help="files or folders to rewrite")
+    p.add_argument("--map", type=Path, default=DEFAULT_MAP, help="old<TAB>new lines")
+    p.add_argument("--check", action="store_true", help="list, do not write (exit 1 if any)")
+    p.set_defaults(func=rewrite_command)
+
+
+def rewrite_command(args: argparse.Namespace) -> int:
     rewriter = Rewriter(*load_map(args.map))
     changed = []
     for path in files_under(args.paths):
@@ -209,7 +217,3 @@ def main(argv: list[str] | None = None) -> int:
     for path in changed:
         print(path)
     return 1 if args.check and changed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
