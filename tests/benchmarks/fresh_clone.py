@@ -9,8 +9,10 @@ addition is `--durations=0 --durations-min=0`, which changes nothing but what py
 
     nice -n 10 uv run python tests/benchmarks/fresh_clone.py [--previous REF] [--current REF]
 
-Printed per release: the sync's time, the job's wall time, the peak resident memory of its
-process tree (every process the job started, summed, polled every 0.2 s from /proc), the items
+Printed per release: the sync's time, the job's wall time, the peak memory of its process tree
+(every process the job started, polled every 0.2 s from /proc: the sum of their resident sets,
+which counts a page shared by forked children once per child, and the sum of their
+proportional set sizes, which counts it once), the items
 by outcome; then the ratio of the wall times (current / previous) and, per release, the time by
 phase: each item's setup (where an item waits for the world it needs to be generated), call
 (the analyst and the scoring) and teardown, summed by world and by family (from the run's
@@ -50,6 +52,7 @@ class Job:
     sync_s: float = 0.0
     wall_s: float = 0.0
     peak_mb: float = 0.0
+    peak_pss_mb: float = 0.0
     exit_code: int = 0
     summary: str = ""
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -66,9 +69,41 @@ def newcomer_env() -> dict[str, str]:
     }
 
 
-def run_polled(command: list[str], cwd: Path, log: Path) -> tuple[float, float, int]:
-    """(wall s, peak RSS of the process tree in MB, exit code), output to `log`."""
-    peak = 0
+def _tree_pss_kb(root: int) -> int:
+    """Proportional set size of `root` and its descendants, in KiB: each shared page counted
+    once across the tree (a sum of RSS counts a fork server's pages again in every child)."""
+    total = 0
+    for pid in _tree_pids(root):
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += sum(int(ln.split()[1]) for ln in rollup.splitlines() if ln.startswith("Pss:"))
+    return total
+
+
+def _tree_pids(root: int) -> set[int]:
+    parents: dict[int, list[int]] = defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(stat[1])].append(int(entry.name))
+    tree, frontier = {root}, [root]
+    while frontier:
+        children = [c for c in parents.get(frontier.pop(), []) if c not in tree]
+        tree.update(children)
+        frontier += children
+    return tree
+
+
+def run_polled(command: list[str], cwd: Path, log: Path) -> tuple[float, float, float, int]:
+    """(wall s, peak summed RSS and peak PSS of the process tree in MB, exit code), output to
+    `log`."""
+    peak, peak_pss = 0, 0
     with log.open("w") as out:
         start = time.monotonic()
         process = subprocess.Popen(
@@ -77,9 +112,10 @@ def run_polled(command: list[str], cwd: Path, log: Path) -> tuple[float, float, 
         done = threading.Event()
 
         def poll() -> None:
-            nonlocal peak
+            nonlocal peak, peak_pss
             while not done.wait(0.2):
                 peak = max(peak, _tree_rss_kb(process.pid))
+                peak_pss = max(peak_pss, _tree_pss_kb(process.pid))
 
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
@@ -87,7 +123,7 @@ def run_polled(command: list[str], cwd: Path, log: Path) -> tuple[float, float, 
         wall = time.monotonic() - start
         done.set()
         poller.join()
-    return wall, peak / 1024, code
+    return wall, peak / 1024, peak_pss / 1024, code
 
 
 def clone(ref: str, into: Path) -> str:
@@ -123,7 +159,7 @@ def measure(ref: str, folder: Path, select: str | None) -> Job:
     subprocess.run(["uv", "sync", "--frozen", "-q"], cwd=folder, env=newcomer_env(), check=True)
     job.sync_s = time.monotonic() - start
     log = folder / "job.log"
-    job.wall_s, job.peak_mb, job.exit_code = run_polled(
+    job.wall_s, job.peak_mb, job.peak_pss_mb, job.exit_code = run_polled(
         JOB + (["-k", select] if select else []), folder, log
     )
     summaries = [m[1] for line in log.read_text().splitlines() if (m := SUMMARY.search(line))]
@@ -137,12 +173,11 @@ def _seconds(job: Job, phase: str, group: str) -> float:
 
 
 def report(jobs: list[Job]) -> None:
-    print(f"\n{'release':<22} {'sync s':>7} {'job s':>8} {'peak MB':>8}  items")
+    print(f"\n{'release':<22} {'sync s':>7} {'job s':>8} {'RSS MB':>8} {'PSS MB':>8}  items")
     for job in jobs:
         name = f"{job.ref} {job.commit[:7]}"
-        print(
-            f"{name:<22} {job.sync_s:>7.1f} {job.wall_s:>8.1f} {job.peak_mb:>8.0f}  {job.summary}"
-        )
+        memory = f"{job.peak_mb:>8.0f} {job.peak_pss_mb:>8.0f}"
+        print(f"{name:<22} {job.sync_s:>7.1f} {job.wall_s:>8.1f} {memory}  {job.summary}")
     previous, current = jobs
     print(f"ratio (current / previous wall time): {current.wall_s / previous.wall_s:.2f}")
     groups = sorted(
@@ -184,7 +219,7 @@ def main() -> int:
         for name, ref in (("previous", previous), ("current", args.current)):
             print(f"{name}: {ref} in {base / name}", flush=True)
             jobs.append(measure(ref, base / name, args.select))
-            print(f"  {jobs[-1].wall_s:.1f} s, peak {jobs[-1].peak_mb:.0f} MB", flush=True)
+            print(f"  {jobs[-1].wall_s:.1f} s, peak {jobs[-1].peak_pss_mb:.0f} MB PSS", flush=True)
         report(jobs)
     finally:
         if not args.keep:
