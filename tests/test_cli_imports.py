@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 HEAVY = (
     "pyarrow",
@@ -44,6 +47,7 @@ print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))
         ["report", "results/a"],
         ["clean", "--dry-run"],
         ["merge", "results/a", "results/b"],
+        ["score", "--answers", "answers.jsonl"],
     ],
     ids=lambda argv: "-".join(a for a in argv if not a.startswith(("results", "answer"))),
 )
@@ -69,3 +73,17 @@ def test_the_probe_sees_a_heavy_import_when_there_is_one() -> None:
         check=True,
     )
     assert {"pytest", "pydantic"} <= set(json.loads(done.stdout))
+
+
+def test_a_pytest_run_here_loads_no_langsmith() -> None:
+    """The project's addopts keep langsmith's pytest plugin (which the `examples` group's
+    LangChain agent installs) out of every pytest process: 1.3 s of CPU before collection."""
+    probe = (
+        "import sys, pytest; pytest.main(['--collect-only', '-q', '-p', 'no:xdist', "
+        "'-p', 'no:randomly', 'scenarios/definitions/level1/l1-delivered-orders.scenario.yaml']);"
+        "print(sorted(m for m in ('langsmith',) if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout

@@ -67,6 +67,7 @@ EXPECTED_CODES = [
     ("uv run pytest scenarios --analyst perturbed --run-id perturbed", 1),
     ("uv run pytest scenarios --analyst my_agent:keyword_analyst --run-id mine", 1),
     ("uv run backintel score --run results/mine", 1),
+    ("uv run backintel score --answers answers.jsonl --out scored.jsonl", 1),
     ("uv run backintel report results/mine", 0),
     ("uv run backintel compare results/reference results/mine", 1),
     ("uv run pytest scenarios --analyst my_agent:keyword_analyst_v2 --run-id mine-v2", 1),
@@ -90,6 +91,11 @@ SUITE = {"german-customers", "top-country", "revenue-by-country", "order-span"}
 SAID = {
     "uv run backintel score --run results/mine": [
         "5 recorded answers scored again: 5 agree with the trial; 1 pass, 4 fail"
+    ],
+    "uv run backintel score --answers answers.jsonl --out scored.jsonl": [
+        "answers.jsonl:1: delivered-orders: pass",
+        "answers.jsonl:2: delivered-revenue: wrong_value (delivered_revenue: expected 126.0, got *",
+        "2 answers: 1 pass, 1 fail, 0 not scored",
     ],
     "uv run backintel compare results/reference results/mine": [
         "suite scenarios: WORSE",

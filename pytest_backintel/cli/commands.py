@@ -166,7 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world", default="olist")
     p.add_argument("--snapshot", default="base", help="a named snapshot (e.g. tpch: sf1)")
     p.set_defaults(func=_data_build)
-    p = sub.add_parser("score", help="score one answer (JSON) for one case, or a whole run")
+    p = sub.add_parser(
+        "score", help="score one answer (JSON) for one case, many answers, or a whole run"
+    )
     case = p.add_mutually_exclusive_group()
     case.add_argument("--case", help="scenario id")
     case.add_argument("--scenario", help="a scenario file (e.g. one of your own)")
@@ -174,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--run",
         help="a run folder: score every recorded answer again (exit 1 when one fails, or "
         "disagrees with its trial)",
+    )
+    case.add_argument(
+        "--answers",
+        metavar="FILE_OR_FOLDER",
+        help='many answers in one process: a JSONL file, one {"case": ID, "answer": {...}} a '
+        "line, or a folder of <case id>.json answers (exit 1 when one fails, 2 when one cannot "
+        "be scored)",
     )
     p.add_argument(
         "--store",
@@ -191,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="score against another binding of a dataset alias (as a run's --dataset)",
     )
     p.add_argument("answer", nargs="?", help="the answer's JSON file")
+    p.add_argument("--out", help="with --answers: write each answer's result (JSON) a line here")
     p.set_defaults(func=score_command)
     freeze = sub.add_parser("freeze", help="frozen runs").add_subparsers(
         dest="freeze_cmd", required=True

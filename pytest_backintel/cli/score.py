@@ -1,17 +1,17 @@
 """`backintel score`: one hand-written answer scored against one scenario exactly as a trial
-would score it, or every recorded answer of a run scored again."""
+would score it, many in one process (`score_answers`), or every recorded answer of a run
+scored again."""
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_backintel.cli.common import ROOT, rebound
+from pytest_backintel.cli.common import rebound
 
 if TYPE_CHECKING:
     from pytest_backintel.scenario import Scenario
@@ -19,21 +19,11 @@ if TYPE_CHECKING:
 __all__ = ["score_command"]
 
 
-def _find_case(case_id: str) -> tuple[Scenario, Path | None] | None:
-    from pytest_backintel.collect.loading import find_scenarios
-    from pytest_backintel.collect.manifests import find_manifest_case
-
-    scenarios = find_scenarios()
-    if case_id in scenarios:
-        return scenarios[case_id][1], None
-    found = find_manifest_case(ROOT, case_id)
-    return (found[1], found[0]) if found is not None else None
-
-
 def _run_finder(run: Path) -> Callable[[dict[str, Any]], tuple[Scenario, Path | None] | None]:
     """A record's scenario: its recorded file (with the run's `--dataset` rebindings), else
     the suites under the current folder, else the shipped benchmark."""
-    from pytest_backintel.collect.loading import load_scenario_file
+    from pytest_backintel.cli.score_answers import CaseFinder
+    from pytest_backintel.collect.loading import find_scenarios, load_scenario_file
     from pytest_backintel.collect.references import discover
     from pytest_backintel.collect.suites import rebind
     from pytest_backintel.options import parse_rebinding
@@ -42,19 +32,21 @@ def _run_finder(run: Path) -> Callable[[dict[str, Any]], tuple[Scenario, Path | 
     header = read_json(run / "run.json") if (run / "run.json").is_file() else {}
     rebinds = header.get("datasets") or {}  # sources as absolute paths or DSN variables
     rebind(dict(parse_rebinding(f"{a}={b}") for a, b in rebinds.items()), Path.cwd())
-    local: dict[str, tuple[Path, Scenario]] | None = None
+    finder: CaseFinder | None = None
 
     def find(record: dict[str, Any]) -> tuple[Scenario, Path | None] | None:
-        nonlocal local
+        nonlocal finder
         file = record.get("scenario_file")
         if file and Path(file).is_file():
             return load_scenario_file(Path(file)), None
-        case_id = str(record["scenario_id"])
-        if local is None:
-            local = {s.id: (p, s) for p, s in discover([Path.cwd()])}
-        if case_id in local:
-            return local[case_id][1], None
-        return _find_case(case_id)
+        if finder is None:  # the suites here before the shipped benchmark
+            finder = CaseFinder(
+                find_scenarios() | {s.id: (p, s) for p, s in discover([Path.cwd()])}
+            )
+        try:
+            return finder.find(str(record["scenario_id"]))
+        except LookupError:
+            return None
 
     return find
 
@@ -101,18 +93,14 @@ def _rescore(args: argparse.Namespace) -> int:
 
 
 def score_command(args: argparse.Namespace) -> int:
-    """Score one hand-written answer against one scenario, exactly as a trial would."""
+    """Score one hand-written answer against one scenario, exactly as a trial would; many
+    (`--answers`) in one process; or a whole run again (`--run`)."""
     import pytest
     from pydantic import ValidationError
 
+    from pytest_backintel.cli.score_answers import CaseFinder, score_json, score_many
     from pytest_backintel.collect.backends import store_spec
-    from pytest_backintel.collect.loading import (
-        ScenarioFileError,
-        find_scenarios,
-        load_scenario_file,
-    )
-    from pytest_backintel.collect.manifests import find_manifest_case
-    from pytest_backintel.collect.references import discover
+    from pytest_backintel.collect.loading import ScenarioFileError, load_scenario_file
     from pytest_backintel.collect.worlds import data_dir
     from pytest_backintel.contract import parse_answer
     from pytest_backintel.run.hand_score import HandScorer
@@ -122,30 +110,27 @@ def score_command(args: argparse.Namespace) -> int:
         return _rescore(args)
     if not rebound(args, "score"):
         return 2
+    if args.answers:
+        return score_many(args)
     if not (args.case or args.scenario) or not args.answer:
         print(
-            "backintel score: give --case or --scenario and an answer file, or --run",
+            "backintel score: give --case or --scenario and an answer file, --answers, or --run",
             file=sys.stderr,
         )
         return 2
     if args.scenario is not None:
         scenario = load_scenario_file(Path(args.scenario))
-        scenarios, args.case = {scenario.id: (Path(args.scenario), scenario)}, scenario.id
+        finder, args.case = CaseFinder({scenario.id: (Path(args.scenario), scenario)}), scenario.id
     else:  # the suites under the current folder, then the shipped benchmark
         try:
-            scenarios = {s.id: (p, s) for p, s in discover([Path.cwd()])} | find_scenarios()
+            finder = CaseFinder.here()
         except ScenarioFileError as exc:
             print(f"{exc}\n(fix it, or name the case's file with --scenario)", file=sys.stderr)
             return 2
-    manifest_case = None if args.case in scenarios else find_manifest_case(ROOT, args.case)
-    if args.case in scenarios:
-        scenario = scenarios[args.case][1]
-    elif manifest_case is not None:
-        scenario = manifest_case[1]
-    else:
-        close = difflib.get_close_matches(args.case, list(scenarios), n=3)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        print(f"unknown case {args.case!r}.{hint}", file=sys.stderr)
+    try:
+        scenario, manifest = finder.find(args.case)
+    except LookupError as exc:
+        print(exc.args[0], file=sys.stderr)
         return 2
     try:
         output = parse_answer(Path(args.answer).read_bytes())
@@ -154,9 +139,7 @@ def score_command(args: argparse.Namespace) -> int:
         return 2
     scorer = HandScorer(data_dir(Path.cwd()), store=args.store, sandbox=args.sandbox)
     try:
-        score, evidence = scorer.score(
-            scenario, output, manifest_case[0] if manifest_case is not None else None
-        )
+        score, evidence = scorer.score(scenario, output, manifest)
     except (pytest.UsageError, StoreError) as exc:
         print(f"backintel score: {exc}", file=sys.stderr)
         return 2
@@ -165,19 +148,6 @@ def score_command(args: argparse.Namespace) -> int:
             scorer.close()
         except StoreError as exc:  # the score stands; what is left, `backintel clean` removes
             print(f"backintel score: cleaning up: {exc}", file=sys.stderr)
-    print(
-        json.dumps(
-            {
-                "case": scenario.id,
-                "store": store_spec(scenario, args.store),
-                "outcome": score.outcome.value,
-                "reasons": [r.message for r in score.reasons],
-                "evidence": [e.to_json() for e in evidence],
-                "probe_gaps": scorer.probe_gaps,
-                "probe_unguarded": scorer.probe_unguarded,
-            },
-            indent=2,
-            default=str,
-        )
-    )
+    spec = store_spec(scenario, args.store)
+    print(json.dumps(score_json(scenario, spec, score, evidence, scorer), indent=2, default=str))
     return 0 if score.outcome.passed else 1

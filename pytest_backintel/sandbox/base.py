@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Protocol, Self
 
+from pytest_backintel.sandbox.bytecode import warm_in_background
 from pytest_backintel.sandbox.limits import LimitHit, Limits
 from pytest_backintel.sandbox.seed import SANDBOX_SEED
 from stores.owner import mark_folder
@@ -283,6 +284,7 @@ class SandboxProvider(ABC):
         self._session_dir = Path(tempfile.mkdtemp(prefix="backintel-sbx-", dir=self.workdir))
         mark_folder(self._session_dir)  # found and removed after a crash (cleanup.py)
         self._check_available()
+        warm_in_background()  # the stack's bytecode, which a sandbox cannot write
 
     def teardown_session(self) -> None:
         """Once per session: remove what setup_session made; safe to call twice."""

@@ -1,7 +1,9 @@
-"""BackIntel beside pydantic-evals on the same slow-model job: 40 samples x 4 requests against
-the in-repo test server (`BACKINTEL_BENCH_LATENCY` seconds a request, default 1), 16 requests
-in flight (`--concurrency 40 --max-connections 16` for BackIntel, `max_concurrency=16` for
-pydantic-evals, `peers/pydantic_evals_run.py`), alternating, `BACKINTEL_BENCH_ROUNDS` rounds.
+"""BackIntel beside pydantic-evals and inspect-ai on the same slow-model job: 40 samples x 4
+requests against the in-repo test server (`BACKINTEL_BENCH_LATENCY` seconds a request, default
+1), 16 requests in flight (`--concurrency 40 --max-connections 16` for BackIntel,
+`max_concurrency=16` for pydantic-evals, `peers/pydantic_evals_run.py`; `max_connections=16`,
+`max_samples=40` for inspect-ai, `peers/inspect_ai_run.py`), alternating,
+`BACKINTEL_BENCH_ROUNDS` rounds.
 
 Printed per harness (medians): wall time, seconds to the first model request as the server
 saw it, and the CPU the process had used by then (from /proc: start-up work, not the
@@ -13,6 +15,15 @@ versions), with its bytecode compiled:
         "pydantic-ai-slim[openai]==2.62.0" openai==3.57.0
     /tmp/peer/bin/python -m compileall -q /tmp/peer/lib
     BACKINTEL_BENCHMARKS=1 BACKINTEL_PEER_PYTHON=/tmp/peer/bin/python \\
+        uv run pytest tests/benchmarks -k peers -p no:xdist -s
+
+inspect-ai, in a venv of its own (`BACKINTEL_PEER_INSPECT_PYTHON`; its provider speaks Chat
+Completions to the same server over real HTTP through the OpenAI SDK):
+
+    uv venv /tmp/peer-inspect && VIRTUAL_ENV=/tmp/peer-inspect uv pip install \\
+        --compile-bytecode inspect-ai==0.3.285 openai==3.63.0
+    BACKINTEL_PEER_INSPECT_PYTHON=/tmp/peer-inspect/bin/python BACKINTEL_BENCHMARKS=1 \\
+        BACKINTEL_PEER_PYTHON=/tmp/peer/bin/python \\
         uv run pytest tests/benchmarks -k peers -p no:xdist -s
 
 BackIntel runs in this project's environment ("backintel, dev venv": the test-only pytest
@@ -51,6 +62,7 @@ from pytest_backintel.testing.model_server import ModelServer
 pytestmark = pytest.mark.benchmark
 
 PEER = os.environ.get("BACKINTEL_PEER_PYTHON", "")
+INSPECT = os.environ.get("BACKINTEL_PEER_INSPECT_PYTHON", "")
 RUNTIME = os.environ.get("BACKINTEL_BENCH_PYTHON", "")
 ROUNDS = int(os.environ.get("BACKINTEL_BENCH_ROUNDS", "3"))
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -86,9 +98,13 @@ def test_beside_pydantic_evals(tmp_path: Path, capsys: pytest.CaptureFixture[str
     pythons = {"backintel, dev venv": sys.executable}
     if RUNTIME:
         pythons["backintel, runtime venv"] = RUNTIME
-    rows: dict[str, list[tuple[float, float, float, str]]] = {"pydantic-evals": []}
+    peers = {
+        "pydantic-evals": [PEER, str(Path(__file__).parent / "peers" / "pydantic_evals_run.py")]
+    }
+    if INSPECT:
+        peers["inspect-ai"] = [INSPECT, str(Path(__file__).parent / "peers" / "inspect_ai_run.py")]
+    rows: dict[str, list[tuple[float, float, float, str]]] = {name: [] for name in peers}
     rows |= {name: [] for name in pythons}
-    peer = [PEER, str(Path(__file__).parent / "peers" / "pydantic_evals_run.py")]
     with ModelServer() as server:
         _script(server, value)
 
@@ -102,7 +118,8 @@ def test_beside_pydantic_evals(tmp_path: Path, capsys: pytest.CaptureFixture[str
         for python in pythons.values():  # unmeasured: pytest caches its rewritten modules
             _run(server, ours(python, "warm-up"), env=caching)
         for n in range(ROUNDS):
-            rows["pydantic-evals"].append(_run(server, [*peer, server.url, "16"]))
+            for name, peer in peers.items():
+                rows[name].append(_run(server, [*peer, server.url, "16"]))
             for name, python in pythons.items():
                 rows[name].append(_run(server, ours(python, f"{n}-{len(rows[name])}")))
     with capsys.disabled():
