@@ -1,14 +1,21 @@
-"""A SQLite probe's copy, written once in the background: its sessions give what the views give
-(the same rows dropped, the same numbers moved), the source's own views come along, and a
-builder killed mid-copy leaves nothing the next build keeps."""
+"""A probe's copy, written once in the background (SQLite; a DuckDB file, Parquet or CSV
+folder): its sessions give what the views give (the same rows dropped, the same numbers
+moved), the source's own views come along, and a builder killed mid-copy leaves nothing the
+next build keeps."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from test_probe_keys import write_sqlite
+import pytest
+from test_probe_keys import write_parquet, write_sqlite
 
 from stores.common.view_plan import DONE_FILE, build_once
+from stores.duckdb.perturb_views import _types, duckdb_plan
+from stores.duckdb.probe import DuckDBProbeStore
+from stores.duckdb.probe import materialise as duckdb_materialise
+from stores.duckdb.reading import DuckDBSource, open_source
+from stores.engine.common import DuckDBSession
 from stores.sqlite.perturb_views import sqlite_plan
 from stores.sqlite.probe import SQLiteProbeStore, materialise
 
@@ -56,6 +63,46 @@ def test_the_copy_reads_as_the_views_and_moves_the_data(tmp_path: Path) -> None:
         finally:
             views.teardown()
             copied.teardown()
+
+
+def _duckdb_probe(source: DuckDBSource, dest: Path, salt: int, copy: bool) -> DuckDBProbeStore:
+    plans, _ = duckdb_plan(source)
+    out = dest / f"copy-{source.kind}-{salt}"
+
+    def materialised() -> Path:
+        if not out.exists():
+            return duckdb_materialise(source, plans, _types(plans), salt, out)
+        return out / ("data.duckdb" if source.kind == "duckdb" else "data")
+
+    return DuckDBProbeStore(
+        source.kind, f"p{salt}", 10.0, source, plans, _types(plans), salt, materialised, copy
+    )
+
+
+@pytest.mark.parametrize("kind", ["parquet", "duckdb"])
+def test_a_duckdb_served_copy_reads_as_the_views(tmp_path: Path, kind: str) -> None:
+    import duckdb
+
+    folder = tmp_path / "lake"
+    write_parquet(folder)
+    if kind == "duckdb":
+        con = duckdb.connect(str(tmp_path / "src.duckdb"))
+        for path in sorted(folder.glob("*.parquet")):
+            con.execute(f"CREATE TABLE {path.stem} AS SELECT * FROM read_parquet('{path}')")
+        con.close()
+    source = DuckDBSource(kind, folder if kind == "parquet" else tmp_path / "src.duckdb")
+    with DuckDBSession(open_source(source, "256MB"), timeout_s=10, where="src") as truth:
+        before = {q: truth.run_sql(q).rows for q in QUERIES}
+    for salt in (1, 2):
+        views, copied = (_duckdb_probe(source, tmp_path, salt, c) for c in (False, True))
+        with views.connect() as a, copied.connect() as b:
+            assert copied.copied
+            assert not views.copied
+            for q in QUERIES:
+                assert a.run_sql(q).rows == b.run_sql(q).rows, q
+                assert b.run_sql(q).rows != before[q], q
+        views.teardown()
+        copied.teardown()
 
 
 def test_a_builder_killed_mid_build_leaves_nothing_behind(tmp_path: Path) -> None:
