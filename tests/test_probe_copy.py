@@ -5,11 +5,14 @@ next build keeps."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from test_probe_keys import write_parquet, write_sqlite
 
+from stores.common.probe_copies import keep_current
 from stores.common.view_plan import DONE_FILE, build_once
 from stores.duckdb.perturb_views import _types, duckdb_plan
 from stores.duckdb.probe import DuckDBProbeStore
@@ -120,3 +123,28 @@ def test_a_builder_killed_mid_build_leaves_nothing_behind(tmp_path: Path) -> Non
     assert (final / DONE_FILE).is_file()
     assert not dead.exists()
     assert other.exists(), "another probe's build is not this one's to remove"
+
+
+def test_copies_of_earlier_states_are_evicted_but_the_last_used_one(tmp_path: Path) -> None:
+    family = "chinook-sqlite-views-"
+
+    def copy(rest: str, used: float) -> Path:
+        folder = tmp_path / f"{family}{rest}"
+        folder.mkdir()
+        (folder / DONE_FILE).write_text("{}")
+        os.utime(folder / DONE_FILE, (used, used))
+        return folder
+
+    current = [copy("v6-s1-aaaa", 100), copy("v6-s2-aaaa", 100)]
+    previous = [copy("v6-s1-bbbb", 300), copy("v6-s2-bbbb", 300)]
+    oldest = [copy("v6-s1-cccc", 200), copy("v5-s1-aaaa", 50)]
+    other = tmp_path / "orders-sqlite-views-v6-s1-cccc"
+    other.mkdir()
+    busy = copy("v6-s1-dddd", 10)
+    with FileLock(str(busy) + ".lock"):  # a builder holds it: it stays
+        removed = keep_current(tmp_path, current[0], family)
+    assert sorted(removed) == sorted(oldest)
+    assert all(p.is_dir() for p in [*current, *previous, other, busy])
+    assert not any(p.exists() for p in oldest)
+    assert (current[0] / DONE_FILE).stat().st_mtime > 300, "marked used now"
+    assert keep_current(tmp_path, current[0], family) == [busy]
