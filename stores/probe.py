@@ -15,6 +15,11 @@ from stores.base import Fingerprint, ProvisionedStore, StoreError
 __all__ = ["DROP_ONE_IN", "TablePlan", "ViewProbeStore"]
 
 
+_ONE_COPY_AT_A_TIME = threading.Lock()
+"""A process writes one probe copy at a time (each salt has its own): two written at once
+would double the memory the engine streams them in."""
+
+
 class ViewProbeStore(ProvisionedStore):
     """A probe read through views; `mount_path` is the materialised copy, built on first use
     by `materialise_to` (None: no builder, nothing to mount).
@@ -39,7 +44,8 @@ class ViewProbeStore(ProvisionedStore):
 
     def _make_copy(self) -> None:
         try:
-            copy = self.mount_path
+            with _ONE_COPY_AT_A_TIME:
+                copy = self.mount_path
         except Exception:  # the views serve every session instead
             return
         self._copy = copy

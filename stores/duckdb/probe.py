@@ -51,7 +51,7 @@ _SCALABLE = re.compile(
 )
 
 
-MATERIALISE_MEMORY = "256MB"
+MATERIALISE_MEMORY = "128MB"
 """DuckDB's memory while it writes a probe's files (it spills to disk past this)."""
 
 
