@@ -5,6 +5,8 @@ when its sessions are to read that copy rather than the views (`copy_in_backgrou
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +17,9 @@ from stores.base import Fingerprint, ProvisionedStore, StoreError
 __all__ = ["DROP_ONE_IN", "TablePlan", "ViewProbeStore"]
 
 
+COPY_NICENESS = 10
+"""The copy's thread runs this much nicer than the harness (Linux: per thread), so writing it
+slows the analyst's own queries on the source less."""
 _ONE_COPY_AT_A_TIME = threading.Lock()
 """A process writes one probe copy at a time (each salt has its own): two written at once
 would double the memory the engine streams them in."""
@@ -43,6 +48,9 @@ class ViewProbeStore(ProvisionedStore):
             self._copying.start()
 
     def _make_copy(self) -> None:
+        with contextlib.suppress(OSError):  # this thread only, below the analyst's queries
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + COPY_NICENESS)
         try:
             with _ONE_COPY_AT_A_TIME:
                 copy = self.mount_path

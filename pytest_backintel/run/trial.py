@@ -283,6 +283,8 @@ def run_trial(
             probing = probing and scenario.prediction is None
             try:
                 chosen = probes() if probing and probes is not None else ()
+                for probe in chosen:
+                    probe.ready()
                 clock = EvidenceClock(budget)  # building the probes is the harness's time
                 result.evidence = reexecute(
                     run.output,
