@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from test_own_data import ADMIN_DSN
+from test_own_data import ADMIN_DSN, _admin
 
 from stores.postgres.probe import view_statements
 from stores.probe import TablePlan
@@ -33,8 +33,7 @@ PLANS = {
 @pytest.fixture
 def dsn() -> Iterator[str]:
     name = f"bi_probe_views_{secrets.token_hex(4)}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+    _admin().execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
     dsn = ADMIN_DSN.rsplit("/", 1)[0] + f"/{name}"
     with psycopg.connect(dsn, autocommit=True) as con:
         con.execute("CREATE TABLE customer (customerid integer PRIMARY KEY)")
@@ -44,8 +43,7 @@ def dsn() -> Iterator[str]:
         con.execute("INSERT INTO invoice SELECT i, 1 + i % 200 FROM generate_series(1, 2000) i")
         con.execute("INSERT INTO line SELECT i, 1 + i % 2000 FROM generate_series(1, 8000) i")
     yield dsn
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _admin().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
 
 
 def test_drops_follow_the_keys_through_both_forms(dsn: str) -> None:
