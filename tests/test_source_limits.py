@@ -9,18 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from test_hostile_limits import SCENARIO, STATEMENT_S
+from test_hostile_limits import SCENARIO, three_orders
 
 import pytest_backintel.evidence.probe as probe
 import pytest_backintel.evidence.source_limit as source_limit
 from pytest_backintel.analyst_api import AnalystLimits, AnalystRun, AnalystTask
 from pytest_backintel.contract import AnalystAnswer, Evidence, MetricValue
 from pytest_backintel.run.trial import TrialResult, run_trial
-from stores.base import DatasetFiles, ProvisionedStore, QueryError, Store
-from stores.registry import load_store_class
+from stores.base import ProvisionedStore, QueryError
 
 ROWS = 100_000
 COUNT = {
@@ -63,16 +60,8 @@ def item(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, ProvisionedStore]]:
     root = tmp_path_factory.mktemp(f"source-limits-{request.param}")
-    (root / "parquet").mkdir()
-    pq.write_table(
-        pa.table({"id": pa.array([1, 2, 3], pa.int64())}), root / "parquet/orders.parquet"
-    )
-    store: Store = load_store_class(request.param)(root / "work", statement_timeout_s=STATEMENT_S)
-    store.setup_session()
-    provisioned = store.provision(DatasetFiles("limits", root / "parquet"))
-    yield request.param, provisioned
-    provisioned.teardown()
-    store.teardown_session()
+    for provisioned in three_orders(request.param, root):
+        yield request.param, provisioned
 
 
 def trial(item: ProvisionedStore, sql: str) -> TrialResult:
