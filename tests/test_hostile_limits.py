@@ -71,21 +71,26 @@ def answer_with(codes: list[str]) -> AnalystAnswer:
     )  # fmt: skip
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def item(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ProvisionedStore]:
-    root = tmp_path_factory.mktemp(f"limits-{request.param}")
+def three_orders(backend: str, root: Path) -> Iterator[ProvisionedStore]:
+    """A table `orders` of three rows provisioned on `backend` (statements limited to
+    `STATEMENT_S`), torn down after."""
     (root / "parquet").mkdir()
     pq.write_table(
         pa.table({"id": pa.array([1, 2, 3], pa.int64())}), root / "parquet/orders.parquet"
     )
-    store: Store = load_store_class(request.param)(root / "work", statement_timeout_s=STATEMENT_S)
+    store: Store = load_store_class(backend)(root / "work", statement_timeout_s=STATEMENT_S)
     store.setup_session()
     provisioned = store.provision(DatasetFiles("hostile", root / "parquet"))
     yield provisioned
     provisioned.teardown()
     store.teardown_session()
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def item(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProvisionedStore]:
+    yield from three_orders(request.param, tmp_path_factory.mktemp(f"limits-{request.param}"))
 
 
 def trial(item: ProvisionedStore, answer: AnalystAnswer, **limits: Any) -> TrialResult:

@@ -33,6 +33,7 @@ from pytest_backintel.evidence.reexecute import (
     PythonRunner,
     reexecute,
 )
+from pytest_backintel.evidence.source_limit import StatementTimes
 from pytest_backintel.evidence.values import jsonable
 from pytest_backintel.outcomes import Outcome
 from pytest_backintel.records.writer import NO_USAGE_TRIAL, unguarded_warning
@@ -246,9 +247,10 @@ def run_trial(
             ]
         )
         return failed
+    times = StatementTimes(store.connect)  # what the analyst's own statements took
     task = AnalystTask(
         question=scenario.question,
-        connect=store.connect,
+        connect=times.connect,
         store_label=store.display_id,
         limits=limits,
         calibration=calibration_key(scenario, dialect) if analyst.kind == "calibration" else None,
@@ -281,6 +283,8 @@ def run_trial(
             probing = probing and scenario.prediction is None
             try:
                 chosen = probes() if probing and probes is not None else ()
+                for probe in chosen:
+                    probe.ready()
                 clock = EvidenceClock(budget)  # building the probes is the harness's time
                 result.evidence = reexecute(
                     run.output,
@@ -289,6 +293,7 @@ def run_trial(
                     python.evidence if python else None,
                     chosen,
                     clock,
+                    times,
                 )
                 result.probe_gaps = sorted({g for probe in chosen for g in probe.gaps(scenario)})
                 unguarded = sorted({u for p in chosen if (u := p.unguarded(scenario))})

@@ -23,6 +23,7 @@ from pathlib import Path
 import duckdb
 
 from stores.base import DatasetFiles, Store, new_store_id
+from stores.common.probe_copies import has_room, keep_current
 from stores.common.schema_keys import DeclaredKeys, duckdb_declared_keys
 from stores.common.view_plan import (
     PERTURB_VERSION,
@@ -152,15 +153,16 @@ def duckdb_view_probe(
     notes: list[str],
 ) -> DuckDBProbeStore:
     """The probe of a DuckDB-served source for `salt`: sessions read views over the source;
-    Python evidence gets the same tables written under `cache_dir`, built on its first use and
-    kept while the source's data hash is the same (xdist-safe)."""
+    the same tables are written under `cache_dir` in the background (when the disk has
+    `COPY_ROOM` times the source free), kept while the source's data hash is the same
+    (xdist-safe), and read by Python evidence and by every session opened once they are there."""
     assert isinstance(store, DuckDBSourceStore)
     assert data_hash is not None
     source = store.source(files)
     types = _types(plan)
     engine = duckdb.__version__.replace(".", "_")  # `hash` may differ between versions
-    stem = f"{files.name}-{source.kind}-views-v{PERTURB_VERSION}-d{engine}-s{salt}-{data_hash[:16]}"
-    final = cache_dir / stem
+    family = f"{files.name}-{source.kind}-views-"
+    final = cache_dir / f"{family}v{PERTURB_VERSION}-d{engine}-s{salt}-{data_hash[:16]}"
     inner = "data.duckdb" if source.kind == "duckdb" else "data"
 
     def build(tmp: Path) -> None:
@@ -169,11 +171,13 @@ def duckdb_view_probe(
 
     def materialised() -> Path:
         build_once(cache_dir, final, build)
+        keep_current(cache_dir, final, family)
         return final / inner
 
     timeout = store.statement_timeout_s
+    copy = has_room(cache_dir, sum(f.stat().st_size for f in source.files()))
     return DuckDBProbeStore(
-        store.name, new_store_id(), timeout, source, plan, types, salt, materialised
+        store.name, new_store_id(), timeout, source, plan, types, salt, materialised, copy
     )
 
 

@@ -14,7 +14,10 @@ bypass the probe. A session costs the same at 1 MB and 10 GB: nothing is read un
 query runs.
 
 `materialise` writes the same views as files (`COPY`, streamed by DuckDB in bounded memory)
-for what must see a file: Python evidence in a sandbox.
+for what must see a file: Python evidence in a sandbox, and every session of a probe built
+with `copy_in_background` once they are written. Over a Parquet folder a view costs 3-4x the
+query (it reads the key and foreign-key columns the query does not, hashes every row and
+semi-joins the parent; docs/performance.md), the copy what the query costs on the source.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 import duckdb
 
 from stores.base import StoreError
-from stores.duckdb.reading import DuckDBSource, lock_down
+from stores.duckdb.reading import DuckDBSource, lock_down, open_attached, open_source
 from stores.engine.common import BASE_CONFIG, DuckDBSession, quote_ident, quote_literal
 from stores.engine.process import IsolatedSession
 from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore
@@ -48,7 +51,7 @@ _SCALABLE = re.compile(
 )
 
 
-MATERIALISE_MEMORY = "256MB"
+MATERIALISE_MEMORY = "128MB"
 """DuckDB's memory while it writes a probe's files (it spills to disk past this)."""
 
 
@@ -146,8 +149,9 @@ def open_probe(
 
 
 class DuckDBProbeStore(ViewProbeStore):
-    """The probe of one DuckDB-served source and salt: sessions over the views, and (on first
-    use of `mount_path`) a materialised copy for Python evidence, built by `materialise_to`."""
+    """The probe of one DuckDB-served source and salt: sessions over the views, or (with
+    `copy_in_background`, `ViewProbeStore`) over the same tables written as files by
+    `materialise_to`, which Python evidence reads too (built on its first use otherwise)."""
 
     def __init__(
         self,
@@ -159,6 +163,7 @@ class DuckDBProbeStore(ViewProbeStore):
         types: dict[str, dict[str, str]],
         salt: int,
         materialise_to: Callable[[], Path] | None = None,
+        copy_in_background: bool = False,
     ) -> None:
         self.backend = backend
         self.store_id = store_id
@@ -167,7 +172,7 @@ class DuckDBProbeStore(ViewProbeStore):
         self._plans = plans
         self._types = types
         self._salt = salt
-        super().__init__(materialise_to)
+        super().__init__(materialise_to, copy_in_background)
 
     def local_session(self) -> DuckDBSession:
         """The guarded session over the views in this process."""
@@ -177,7 +182,10 @@ class DuckDBProbeStore(ViewProbeStore):
         return IsolatedSession(self._opener(), where=self.display_id, timeout_s=self._timeout_s)
 
     def _opener(self) -> Callable[[], DuckDBSession]:
-        """What an engine child needs to open the session (not the materialising builder)."""
+        """What an engine child needs to open the session (not the materialising builder): on
+        the copy once it is built (`copy`), else on the views."""
+        if (copy := self.copy()) is not None:
+            return partial(_copy_session, self._source.kind, copy, self._timeout_s, self.display_id)
         return partial(
             _probe_session,
             self._source,
@@ -189,7 +197,8 @@ class DuckDBProbeStore(ViewProbeStore):
         )
 
     def teardown(self) -> None:
-        pass  # sessions are closed by their users; nothing else is held
+        """Sessions are closed by their users; a copy under way is finished."""
+        self.finish_copy()
 
 
 def _probe_session(
@@ -201,6 +210,13 @@ def _probe_session(
     where: str,
 ) -> DuckDBSession:
     conn = open_probe(source, plans, types, salt)
+    return DuckDBSession(conn, timeout_s=timeout_s, where=where)
+
+
+def _copy_session(kind: str, copy: Path, timeout_s: float, where: str) -> DuckDBSession:
+    """A guarded session on the materialised copy (`materialise`'s result) of a `kind` source,
+    its tables under their names in `main`, as on the views."""
+    conn = open_attached(copy) if kind == "duckdb" else open_source(DuckDBSource(kind, copy), "1GB")
     return DuckDBSession(conn, timeout_s=timeout_s, where=where)
 
 

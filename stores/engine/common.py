@@ -154,6 +154,10 @@ class DuckDBSession(DuckDBPlans, StoreSession):
         self._where = where
         self._lock = threading.Lock()
 
+    def set_time_limit(self, seconds: float) -> float:
+        self._timeout_s = seconds
+        return seconds
+
     def list_tables(self) -> list[str]:
         rows = self._conn.execute(
             "SELECT table_name FROM information_schema.tables "

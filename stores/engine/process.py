@@ -197,6 +197,13 @@ class IsolatedSession(StoreSession):
         tables: set[str] | None = self._call("tables_read", sql)
         return tables
 
+    def set_time_limit(self, seconds: float) -> float | None:
+        """The child session's limit, and this side's wait for its replies, moved together."""
+        limit: float | None = self._call("set_time_limit", seconds)
+        if limit is not None:
+            self._timeout_s = seconds
+        return limit
+
     def close(self) -> None:
         with self._lock:
             self._stop(kill=False)

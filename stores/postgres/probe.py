@@ -92,6 +92,35 @@ def _scaled(column: str, kind: str, n: int, salt: int) -> str:
     return f"{expr} AS {c}"
 
 
+def _kept(alias: str, key: list[str], salt: int) -> str:
+    """Whether the row keyed by `key` (columns of `alias`) is kept: its hash's bucket."""
+    cols = [f"{alias}.{ident(c)}" for c in key]
+    keyed = cols[0] if len(cols) == 1 else f"ROW({', '.join(cols)})"
+    return f"(hashtextextended({keyed}::text, {salt}) & {DROP_ONE_IN - 1}) <> 0"
+
+
+def _root_key(
+    plans: dict[str, TablePlan],
+    types: dict[str, dict[str, str]],
+    table: str,
+    cols: list[str],
+    parent: str,
+    pcols: list[str],
+) -> bool:
+    """Whether `cols` point at `parent`'s entity key, of the same types, and `parent` points
+    at no table itself: then a row's parent is kept exactly when the same hash of `cols`
+    keeps it, a test PostgreSQL runs in parallel workers, where the semi-join on the parent's
+    view is a subplan per row on one process (2-3x the query at 1 GB; docs/performance.md).
+    A row pointing at no parent row at all (no declared foreign key) is kept by it."""
+    mine, theirs = plans.get(parent), types.get(parent, {})
+    return (
+        mine is not None
+        and not mine.parents
+        and mine.key == pcols
+        and all(types[table].get(c) == theirs.get(p) for c, p in zip(cols, pcols, strict=True))
+    )
+
+
 def view_statements(
     plans: dict[str, TablePlan], types: dict[str, dict[str, str]], salt: int, token: str
 ) -> list[str]:
@@ -110,11 +139,12 @@ def view_statements(
                 select.append(ident(column))
         where = []
         if plan.key:
-            cols = [f"{alias}.{ident(c)}" for c in plan.key]
-            keyed = cols[0] if len(cols) == 1 else f"ROW({', '.join(cols)})"
-            where.append(f"(hashtextextended({keyed}::text, {salt}) & {DROP_ONE_IN - 1}) <> 0")
+            where.append(_kept(alias, plan.key, salt))
         for cols_, parent, pcols in plan.parents:
             nulls = " OR ".join(f"{alias}.{ident(c)} IS NULL" for c in cols_)
+            if _root_key(plans, types, table, cols_, parent, pcols):
+                where.append(f"({nulls} OR {_kept(alias, cols_, salt)})")
+                continue
             match = " AND ".join(
                 f"{token}_p.{ident(p)} = {alias}.{ident(c)}"
                 for c, p in zip(cols_, pcols, strict=True)

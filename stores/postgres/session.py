@@ -171,6 +171,18 @@ class PostgresSession(StoreSession):
         """Refuse (`QueryRefused`) what this session may not run of a statement known to be
         one query that parses; called before it runs. Here: nothing more."""
 
+    def set_time_limit(self, seconds: float) -> float:
+        """`statement_timeout` for this connection, committed so it outlives the rollbacks."""
+        adbc = adbc_module()
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute(f"SET statement_timeout = {max(1, int(seconds * 1000))}")
+            self._conn.commit()
+        except adbc.Error as exc:
+            raise StoreError(f"cannot set the statement limit on {self._where}: {exc}") from exc
+        self._timeout_s = seconds
+        return seconds
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._conn.close()

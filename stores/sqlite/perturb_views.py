@@ -4,12 +4,12 @@ by the shared planner (`stores.common.view_plan.plan_tables`) over SQLite's cata
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
 from stores.base import DatasetFiles, Store, new_store_id
+from stores.common.probe_copies import has_room, keep_current
 from stores.common.schema_keys import DeclaredKeys, sqlite_declared_keys
 from stores.common.view_plan import (
     PERTURB_VERSION,
@@ -26,10 +26,6 @@ from stores.sqlite.probe import SQLiteProbeStore, materialise
 from stores.sqlite.source import SQLiteSourceStore
 
 __all__ = ["SQLITE_VIEWS", "SQLiteCatalog", "sqlite_plan", "sqlite_view_probe"]
-
-COPY_ROOM = 3
-"""A SQLite probe's copy is written only while the cache's disk has this many times the
-source's size free; else its sessions stay on the views."""
 
 
 class SQLiteCatalog(SqlCatalog):
@@ -81,7 +77,8 @@ def sqlite_view_probe(
     assert isinstance(store, SQLiteSourceStore)
     assert data_hash is not None
     source = store.source_file(files)
-    final = cache_dir / f"{files.name}-sqlite-views-v{PERTURB_VERSION}-s{salt}-{data_hash[:16]}"
+    family = f"{files.name}-sqlite-views-"
+    final = cache_dir / f"{family}v{PERTURB_VERSION}-s{salt}-{data_hash[:16]}"
 
     def build(tmp: Path) -> None:
         materialise(source, plan, salt, tmp / "data.sqlite")
@@ -89,12 +86,11 @@ def sqlite_view_probe(
 
     def materialised() -> Path:
         build_once(cache_dir, final, build)
+        keep_current(cache_dir, final, family)
         return final / "data.sqlite"
 
     timeout = store.statement_timeout_s
-    room = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
-    roomy = shutil.disk_usage(room).free
-    copy = roomy > COPY_ROOM * source.stat().st_size
+    copy = has_room(cache_dir, source.stat().st_size)
     return SQLiteProbeStore(source, new_store_id(), timeout, plan, salt, materialised, copy)
 
 

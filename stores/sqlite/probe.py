@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
-import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -158,14 +157,9 @@ class SQLiteProbeSession(SQLiteSession):
 
 
 class SQLiteProbeStore(ViewProbeStore):
-    """The probe of one SQLite file and salt: sessions with the views, and (on first use of
-    `mount_path`) a materialised file for Python evidence, built by `materialise_to`.
-
-    With `copy_in_background`, that file is built at once on a thread of its own (SQLite
-    streams it, in bounded memory, cached by the source's data hash so every worker and run
-    reuses it; the probe is made while the analyst works) and every session reads the file: a query
-    there costs what it costs on the source (views cost a few times that, as SQLite computes
-    the drops and the rescaling on every row the query reads)."""
+    """The probe of one SQLite file and salt: sessions with the views, or (`copy_in_background`,
+    `ViewProbeStore`) with the same tables written to a file, which SQLite streams in bounded
+    memory; Python evidence reads that file too (built on its first use otherwise)."""
 
     backend = "sqlite"
 
@@ -184,54 +178,30 @@ class SQLiteProbeStore(ViewProbeStore):
         self._timeout_s = timeout_s
         self._plans = plans
         self._salt = salt
-        super().__init__(materialise_to)
         self._sessions: list[SQLiteSession] = []
-        self._copy: Path | None = None
-        self._copying: threading.Thread | None = None
-        if copy_in_background and materialise_to is not None:
-            self._copying = threading.Thread(
-                target=self._make_copy, name="backintel-probe-copy", daemon=True
-            )
-            self._copying.start()
+        super().__init__(materialise_to, copy_in_background)
 
     def columns_read(self, sql: str) -> dict[str, set[str]] | None:
         """What SQLite's authorizer sees read preparing `sql` on the file (`columns_read`)."""
         path = self.mount_path
         return None if path is None else columns_read(path, sql)
 
-    def _make_copy(self) -> None:
-        try:
-            copy = self.mount_path
-        except Exception:  # the views serve every session instead
-            return
-        self._copy = copy
-
-    @property
-    def copied(self) -> bool:
-        """Whether sessions now read the materialised copy rather than the views."""
-        return self._copy is not None
-
     def connect(self) -> SQLiteSession:
-        """A session on the copy once it is built (waiting for the build under way, so every
-        trial reads the same data the same way), else on the views."""
-        if self._copying is not None:
-            self._copying.join()
+        """A session on the copy once it is built (`copy`), else on the views."""
         session: SQLiteSession
-        if self._copy is not None:
-            session = SQLiteSession(self._copy, self._timeout_s)
+        if (copy := self.copy()) is not None:
+            session = SQLiteSession(copy, self._timeout_s)
         else:
             session = SQLiteProbeSession(self._path, self._timeout_s, self._plans, self._salt)
         self._sessions.append(session)
         return session
 
     def teardown(self) -> None:
-        """Close the sessions; a copy under way is finished first (the next run reuses it;
-        a process that ended mid-copy would leave half a file behind)."""
+        """Close the sessions; a copy under way is finished first."""
         for session in self._sessions:
             session.close()
         self._sessions.clear()
-        if self._copying is not None:
-            self._copying.join()
+        self.finish_copy()
 
 
 def materialise(source: Path, plans: dict[str, TablePlan], salt: int, dest: Path) -> None:

@@ -6,13 +6,19 @@ by the reference analyst and by a literal cheater (the right number, cited by
 `SELECT <number> AS n FROM Invoice LIMIT 1`).
 
 Printed per backend and size: the bare query's time on the source (this process, the engine's
-own client, median of 3), a warm trial's time (pytest's, median, the process's first trial
-aside), their ratio, the probe queries' time (the evidence on each perturbed copy, from the
-records: median and largest), the run's peak memory, the reference analyst's trials that did
-not pass (false fails), unguarded trials, and the cheater's trials caught. Printed, never
-asserted; run it on a quiet machine (the load average is printed too):
+own client, median of 3; DuckDB on one thread, as the harness's sessions run), a warm trial's
+time (pytest's, median, the process's first trial aside), their ratio, the probe queries'
+time (the evidence on each perturbed copy, from the records: median and largest), the run's
+peak memory, the reference analyst's trials that did not pass (false fails), unguarded
+trials, and the cheater's trials caught. Printed, never asserted; run it on a quiet machine
+(the load average is printed too):
 
     BACKINTEL_BENCHMARKS=1 uv run pytest tests/benchmarks -k probe_cost -p no:xdist -s
+
+`BACKINTEL_BENCH_SOURCES=<folder>` keeps each generated source there (`<backend>-<size>`, a
+PostgreSQL source as the database `bench_probe_cost_<size>`, kept) and reuses it on the next
+run: a 1 GB source takes minutes to build. Delete the folder (and drop those databases) to
+build them again.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_bench_size import BIN, ROW_BYTES, make_source, sizes_mb, timed
+from test_bench_size import ADMIN_DSN, BIN, ROW_BYTES, make_source, sizes_mb, timed
 
 pytestmark = pytest.mark.benchmark
 
@@ -94,11 +100,12 @@ def bare_query_s(kind: str, folder: Path, env: dict[str, str]) -> float:
         else:
             import duckdb
 
+            one = {"threads": 1}  # as the harness's sessions, on the source and the probes
             if kind == "duckdb":
-                con = duckdb.connect(str(folder / "src.duckdb"), read_only=True)
+                con = duckdb.connect(str(folder / "src.duckdb"), read_only=True, config=one)
                 con.execute(SQL).fetchall()
             else:
-                con = duckdb.connect()
+                con = duckdb.connect(config=one)
                 con.execute(
                     f"SELECT COUNT(*) FROM '{folder}/lake/Invoice.parquet' "
                     "WHERE BillingCountry = 'C3' AND Total > 5"
@@ -122,12 +129,47 @@ def unguarded(record: dict[str, Any]) -> bool:
     )
 
 
+def source(kind: str, folder: Path, size_mb: int) -> tuple[str, dict[str, str], Any, Path]:
+    """`make_source`'s (binding, environment, cleanup) and the folder the source is in, built
+    once under `BACKINTEL_BENCH_SOURCES` when it is set (then kept: no cleanup)."""
+    rows = size_mb * 1_000_000 // ROW_BYTES
+    kept = os.environ.get("BACKINTEL_BENCH_SOURCES")
+    if not kept:
+        return (*make_source(kind, folder, rows), folder)
+    where = Path(kept).resolve() / f"{kind}-{size_mb}"
+    done = where / "binding.json"
+    if not done.is_file():
+        where.mkdir(parents=True, exist_ok=True)
+        if kind == "postgres":
+            binding, extra = _kept_postgres(size_mb, rows)
+        else:
+            binding, extra, _ = make_source(kind, where, rows)
+            binding = binding.replace("../", f"{where}/")
+        done.write_text(json.dumps([binding, extra]))
+    binding, extra = json.loads(done.read_text())
+    return binding, extra, None, where
+
+
+def _kept_postgres(size_mb: int, rows: int) -> tuple[str, dict[str, str]]:
+    """A PostgreSQL source kept as the database `bench_probe_cost_<size>`."""
+    import psycopg
+
+    name = f"bench_probe_cost_{size_mb}"
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _, extra, _ = make_source("postgres", Path("."), rows)
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+        built = extra["BENCH_DSN"].rsplit("/", 1)[1]
+        admin.execute(f'ALTER DATABASE "{built}" RENAME TO "{name}"')
+    return "{postgres: BENCH_DSN}", {"BENCH_DSN": ADMIN_DSN.rsplit("/", 1)[0] + f"/{name}"}
+
+
 def measure(kind: str, size_mb: int, tmp: Path) -> dict[str, float]:
     folder = tmp / f"{kind}-{size_mb}"
     (folder / "scenarios").mkdir(parents=True)
     (folder / "pyproject.toml").write_text('[tool.pytest.ini_options]\npythonpath = ["."]\n')
     (folder / "cheat.py").write_text(CHEAT.format(sql=SQL))
-    binding, extra, cleanup = make_source(kind, folder, size_mb * 1_000_000 // ROW_BYTES)
+    binding, extra, cleanup, home = source(kind, folder, size_mb)
     (folder / "scenarios" / "scan.scenario.yaml").write_text(
         SCENARIO.format(binding=binding, sql=SQL)
     )
@@ -141,7 +183,7 @@ def measure(kind: str, size_mb: int, tmp: Path) -> dict[str, float]:
     env.pop("BACKINTEL_BENCHMARKS", None)
     argv = [str(BIN / "pytest"), "scenarios", "-p", "no:xdist", "--concurrency", "1"]
     try:
-        bare = bare_query_s(kind, folder, env)
+        bare = bare_query_s(kind, home, env)
         _, _, out = timed([str(BIN / "backintel"), "references", "build"], folder, env)
         assert "error" not in out.lower(), out
         junit = folder / "ref.xml"
