@@ -21,6 +21,7 @@ from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
 from pytest_backintel.evidence.item_python import evidence_runner
 from pytest_backintel.evidence.prediction import CHECKS, Check, permutation_run, shuffled_copy
 from pytest_backintel.evidence.probe import Probes
+from pytest_backintel.evidence.probe_moves import moving_probes
 from pytest_backintel.evidence.query_channel import SessionSource
 from pytest_backintel.evidence.reexecute import EvidenceResult, reexecute
 from pytest_backintel.run.cleanup import remove_folder
@@ -111,8 +112,9 @@ class HandScorer:
             store, _ = self.store(scenario)
             files, data_hash = self.dataset(scenario)
             backend = backend_for(self.backends, scenario, self.default_store)
+            args = (spec, backend, files, self._python, data_hash, scenario)
             probes = (  # a prediction's program is checked on permuted labels instead
-                self.probes.get(spec, backend, files, self._python, data_hash)
+                moving_probes(self.probes, *args, lambda: self.reference(scenario, manifest))
                 if scenario.prediction is None
                 else []
             )

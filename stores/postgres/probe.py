@@ -45,7 +45,7 @@ from stores.postgres.plans import postgres_scans
 from stores.postgres.policy import outside_functions, refused_builtin, view_calls
 from stores.postgres.session import PostgresSession
 from stores.postgres.source import ProvisionedPostgresSource
-from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore
+from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore, shift_factor
 
 __all__ = ["PostgresProbeSession", "PostgresProbeStore", "view_statements"]
 
@@ -106,6 +106,10 @@ def view_statements(
             if column in plan.scale:
                 n += 1
                 select.append(_scaled(column, types[table][column], n, salt))
+            elif column in plan.shift:
+                c, k = ident(column), shift_factor(salt)
+                grown = f"{c} + trunc({c}::numeric * {k} / 16)"
+                select.append(f"({grown})::{types[table][column]} AS {c}")
             else:
                 select.append(ident(column))
         where = []
@@ -113,6 +117,9 @@ def view_statements(
             cols = [f"{alias}.{ident(c)}" for c in plan.key]
             keyed = cols[0] if len(cols) == 1 else f"ROW({', '.join(cols)})"
             where.append(f"(hashtextextended({keyed}::text, {salt}) & {DROP_ONE_IN - 1}) <> 0")
+        for col, value in plan.exclude:
+            c = f"{alias}.{ident(col)}"
+            where.append(f"({c} IS NULL OR {c} <> {_literal(value)})")
         for cols_, parent, pcols in plan.parents:
             nulls = " OR ".join(f"{alias}.{ident(c)} IS NULL" for c in cols_)
             match = " AND ".join(
@@ -129,6 +136,10 @@ def view_statements(
             + (f" WHERE {' AND '.join(where)}" if where else "")
         )
     return statements
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _past(relation: str, where: str) -> str:

@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from stores.base import StoreError
 from stores.common.sqlite_file import columns_read
-from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore
+from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore, shift_factor
 from stores.sqlite.build import quote_ident
 from stores.sqlite.session import SQLiteSession
 
@@ -76,6 +76,10 @@ def keep_sql(columns: list[str], salt: int) -> str:
     return f"({_mixed(terms, salt)} % {DROP_ONE_IN} != 0)"
 
 
+def _lit(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
 def _scaled(column: str, n: int, salt: int) -> str:
     c = quote_ident(column)
     bucket = f"((CAST({c} * 100 AS INTEGER) % 1000003 + 1000003) % 1000003)"
@@ -97,11 +101,20 @@ def view_statements(plans: dict[str, TablePlan], salt: int, source: str = "main"
             if column in plan.scale:
                 n += 1
                 select.append(_scaled(column, n, salt))
+            elif column in plan.shift:
+                c, k = quote_ident(column), shift_factor(salt)
+                select.append(
+                    f"CASE WHEN typeof({c}) = 'integer' THEN {c} + ({c} * {k}) / 16 "
+                    f"ELSE {c} END AS {c}"
+                )
             else:
                 select.append(quote_ident(column))
         where = []
         if plan.key:
             where.append(keep_sql(plan.key, salt))
+        where += [
+            f"({quote_ident(c)} IS NULL OR {quote_ident(c)} <> {_lit(v)})" for c, v in plan.exclude
+        ]
         for cols, parent, pcols in plan.parents:
             nulls = " OR ".join(f"{quote_ident(c)} IS NULL" for c in cols)
             match = " AND ".join(
