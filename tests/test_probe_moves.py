@@ -1,0 +1,210 @@
+"""Every answer moves under the probe, on every binding of a source of your own (SQLite, DuckDB,
+Parquet, CSV, PostgreSQL): a literal cheater is `unsupported_evidence` on a text top-1 whose
+leader keeps its lead under row drops, a count over a table with no key, a count over a
+three-row table and an integer sum over a one-row table (no row drop reaches it), while the
+honest query passes and no trial is marked unguarded. An answer nothing can move is marked.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+from test_own_data import ADMIN_DSN, _admin, backintel
+
+PLANS = [(1, "Starter", 9.5), (2, "Pro", 29.0), (3, "Business", 99.0)]
+SUBSCRIPTIONS = [(i, 3 if i % 5 < 3 else 1 + i % 2, 1 + i % 7) for i in range(1, 41)]
+"""24 of 40 on Business: dropping a quarter of the rows at random never changes the leader."""
+EVENTS = [(("login", "invoice", "upgrade")[i % 3], f"2024-01-{1 + i:02d}") for i in range(30)]
+QUOTA = [(250,)]
+
+DDL = [
+    "CREATE TABLE plans (plan_id INTEGER PRIMARY KEY, name VARCHAR(40) NOT NULL, "
+    "price DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE subscriptions (subscription_id INTEGER PRIMARY KEY, plan_id INTEGER NOT NULL "
+    "REFERENCES plans (plan_id), seats INTEGER NOT NULL)",
+    "CREATE TABLE events (kind VARCHAR(20) NOT NULL, day VARCHAR(10) NOT NULL)",
+    "CREATE TABLE quota (seat_limit INTEGER NOT NULL)",
+]
+ROWS = {"plans": PLANS, "subscriptions": SUBSCRIPTIONS, "events": EVENTS, "quota": QUOTA}
+
+SCENARIOS = {
+    "top-plan": (
+        "Which plan has the most subscriptions?",
+        "top_plan",
+        "text",
+        "plan",
+        "SELECT p.name AS top_plan FROM subscriptions s JOIN plans p ON p.plan_id = s.plan_id "
+        "GROUP BY p.name ORDER BY COUNT(*) DESC LIMIT 1",
+        "SELECT 'Business' AS top_plan FROM plans LIMIT 1",
+    ),
+    "event-count": (
+        "How many events were logged?",
+        "n",
+        "count",
+        "events",
+        "SELECT COUNT(*) AS n FROM events",
+        "SELECT 30 AS n FROM events LIMIT 1",
+    ),
+    "plan-count": (
+        "How many plans are there?",
+        "n",
+        "count",
+        "plans",
+        "SELECT COUNT(*) AS n FROM plans",
+        "SELECT 3 AS n FROM plans LIMIT 1",
+    ),
+    "seat-limit": (
+        "What is the seat limit?",
+        "seat_limit",
+        "count",
+        "seats",
+        "SELECT SUM(seat_limit) AS seat_limit FROM quota",
+        "SELECT 250 AS seat_limit FROM quota LIMIT 1",
+    ),
+}
+"""id: question, metric, kind, unit, the honest query, the literal cheater's query."""
+TRUTH = {"top-plan": "Business", "event-count": 30, "plan-count": 3, "seat-limit": 250}
+
+
+def write_sqlite(path: Path) -> None:
+    con = sqlite3.connect(path)
+    for ddl in DDL:
+        con.execute(ddl)
+    for table, data in ROWS.items():
+        con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(data[0]))})", data)
+    con.commit()
+    con.close()
+
+
+def write_duckdb(path: Path) -> None:
+    con = duckdb.connect(str(path))
+    for ddl in DDL:
+        con.execute(ddl)
+    for table, data in ROWS.items():
+        con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(data[0]))})", data)
+    con.close()
+
+
+def write_files(folder: Path, form: str) -> None:
+    """The tables as Parquet files, or as CSV files with their types in `_schema.json`."""
+    source = folder.parent / f"{folder.name}.duckdb"
+    write_duckdb(source)
+    folder.mkdir()
+    con = duckdb.connect(str(source), read_only=True)
+    schema = {}
+    for table in ROWS:
+        rel = con.sql(f"SELECT * FROM {table}")
+        schema[table] = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
+        options = "(FORMAT parquet)" if form == "parquet" else "(HEADER)"
+        con.execute(f"COPY {table} TO '{folder}/{table}.{form}' {options}")
+    con.close()
+    if form == "csv":
+        (folder / "_schema.json").write_text(json.dumps(schema))
+
+
+@pytest.fixture
+def saas_postgres() -> Iterator[str]:
+    """The same tables in a PostgreSQL database of their own (dropped after)."""
+    name = f"moves_src_{secrets.token_hex(4)}"
+    admin = _admin()
+    admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
+    dsn = ADMIN_DSN.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as con:
+            for ddl in DDL:
+                con.execute(ddl)
+            for table, data in ROWS.items():
+                with con.cursor() as cur:
+                    marks = ", ".join(["%s"] * len(data[0]))
+                    cur.executemany(f"INSERT INTO {table} VALUES ({marks})", data)
+        yield dsn
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
+        admin.close()  # type: ignore[attr-defined]
+
+
+def bind(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "sqlite":
+        write_sqlite(tmp_path / "saas.sqlite")
+        return "{sqlite: ../saas.sqlite}"
+    if kind == "duckdb":
+        write_duckdb(tmp_path / "saas.duckdb")
+        return "{duckdb: ../saas.duckdb}"
+    if kind in ("parquet", "csv"):
+        write_files(tmp_path / "exports", kind)
+        return f"{{{kind}: ../exports}}"
+    request.getfixturevalue("monkeypatch").setenv(
+        "SAAS_DSN", request.getfixturevalue("saas_postgres")
+    )
+    return "{postgres: SAAS_DSN}"
+
+
+def project(folder: Path, binding: str, scenarios: dict[str, tuple[str, ...]]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pyproject.toml").write_text('[tool.pytest.ini_options]\npythonpath = ["."]\n')
+    (folder / "scenarios").mkdir()
+    for sid, (question, metric, kind, unit, sql, *_) in scenarios.items():
+        (folder / "scenarios" / f"{sid}.scenario.yaml").write_text(
+            f"id: {sid}\nversion: 1\ntitle: {sid}\nquestion: {question}\n"
+            f"dataset: {binding}\nsplit: development\nlevel: 1\nfamily: saas\n"
+            f"answerable: true\nmetrics:\n  - {{name: {metric}, kind: {kind}, unit: {unit}}}\n"
+            f'reference:\n  sql: "{sql}"\n'
+        )
+    return folder
+
+
+def score(folder: Path, sid: str, metric: str, value: object, code: str) -> dict[str, object]:
+    answer = {
+        "status": "answered",
+        "metrics": [{"name": metric, "value": value}],
+        "evidence": [{"id": "e1", "kind": "sql", "code": code, "metrics": [metric]}],
+    }
+    path = folder / f"{sid}-{secrets.token_hex(3)}.json"
+    path.write_text(json.dumps(answer))
+    done = backintel(folder, "score", "--scenario", f"scenarios/{sid}.scenario.yaml", str(path))
+    assert done.stdout, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "duckdb", "parquet", "csv", "postgres"])
+def test_a_literal_fails_every_answer_the_usual_probes_leave_in_place(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    folder = project(tmp_path, bind(kind, tmp_path, request), SCENARIOS)
+    build = backintel(folder, "references", "build")
+    assert build.returncode == 0, build.stdout + build.stderr
+    for sid, (_, metric, _, _, honest_sql, cheat_sql) in SCENARIOS.items():
+        honest = score(folder, sid, metric, TRUTH[sid], honest_sql)
+        assert honest["outcome"] == "pass", (sid, honest)
+        assert honest["probe_unguarded"] is None, (sid, honest)
+        cheat = score(folder, sid, metric, TRUTH[sid], cheat_sql)
+        assert cheat["outcome"] == "unsupported_evidence", (sid, cheat)
+
+
+def test_an_answer_nothing_moves_is_marked_unguarded(tmp_path: Path) -> None:
+    """`COUNT(*) / COUNT(*)` is 1 on every copy of the data: the honest answer passes, and the
+    score says the probe could not move it rather than passing it silently."""
+    write_sqlite(tmp_path / "saas.sqlite")
+    same = {
+        "ratio-one": (
+            "What is the ratio?",
+            "r",
+            "count",
+            "ratio",
+            "SELECT COUNT(*) / COUNT(*) AS r FROM events",
+        )
+    }
+    folder = project(tmp_path, "{sqlite: ../saas.sqlite}", same)
+    assert backintel(folder, "references", "build").returncode == 0
+    got = score(folder, "ratio-one", "r", 1, same["ratio-one"][4])
+    assert got["outcome"] == "pass", got
+    assert "does not move under the probe: r keeps" in str(got["probe_unguarded"]), got
