@@ -182,6 +182,7 @@ def test_a_literal_fails_every_answer_the_usual_probes_leave_in_place(
     folder = project(tmp_path, bind(kind, tmp_path, request), SCENARIOS)
     build = backintel(folder, "references", "build")
     assert build.returncode == 0, build.stdout + build.stderr
+    assert "UNGUARDED" not in build.stdout + build.stderr
     for sid, (_, metric, _, _, honest_sql, cheat_sql) in SCENARIOS.items():
         honest = score(folder, sid, metric, TRUTH[sid], honest_sql)
         assert honest["outcome"] == "pass", (sid, honest)
@@ -192,7 +193,8 @@ def test_a_literal_fails_every_answer_the_usual_probes_leave_in_place(
 
 def test_an_answer_nothing_moves_is_marked_unguarded(tmp_path: Path) -> None:
     """`COUNT(*) / COUNT(*)` is 1 on every copy of the data: the honest answer passes, and the
-    score says the probe could not move it rather than passing it silently."""
+    score says the probe could not move it rather than passing it silently, and `references
+    build` says so once for the scenario."""
     write_sqlite(tmp_path / "saas.sqlite")
     same = {
         "ratio-one": (
@@ -204,7 +206,11 @@ def test_an_answer_nothing_moves_is_marked_unguarded(tmp_path: Path) -> None:
         )
     }
     folder = project(tmp_path, "{sqlite: ../saas.sqlite}", same)
-    assert backintel(folder, "references", "build").returncode == 0
+    build = backintel(folder, "references", "build")
+    assert build.returncode == 0, build.stderr
+    said = [line for line in build.stdout.splitlines() if "UNGUARDED" in line]
+    assert len(said) == 1, build.stdout
+    assert "ratio-one.scenario.yaml: UNGUARDED: the answer does not move" in said[0]
     got = score(folder, "ratio-one", "r", 1, same["ratio-one"][4])
     assert got["outcome"] == "pass", got
     assert "does not move under the probe: r keeps" in str(got["probe_unguarded"]), got

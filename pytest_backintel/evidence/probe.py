@@ -40,6 +40,7 @@ __all__ = [
     "Probes",
     "PythonFactory",
     "probe_limit",
+    "scenario_key",
 ]
 
 PROBE_TIME_MULTIPLE = 10.0
@@ -47,6 +48,11 @@ PROBE_TIME_FLOOR_S = 10.0
 """A statement on a probe may run `PROBE_TIME_MULTIPLE` times what the same evidence took on
 the source, and never less than `PROBE_TIME_FLOOR_S` (where the backend lets a session's limit
 move, `StoreSession.set_time_limit`; elsewhere the store's own limit holds)."""
+
+
+def scenario_key(scenario: Scenario) -> tuple[str, int]:
+    """What a probe keeps per scenario under (its id and version)."""
+    return (scenario.id, scenario.version)
 
 
 def probe_limit(source_s: float) -> float:

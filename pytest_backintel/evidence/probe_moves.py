@@ -22,14 +22,14 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pytest_backintel.evidence.probe import DataProbe, Probes, PythonFactory
+from pytest_backintel.evidence.probe import DataProbe, Probes, PythonFactory, scenario_key
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.tolerance import compare_metric
 from stores.base import DatasetFiles, Store
 
 __all__ = ["MOVE_ATTEMPTS", "answer_texts", "moving_probes", "moving_salt", "unmoved"]
 
-MOVE_ATTEMPTS = 4
+MOVE_ATTEMPTS = 12
 """Salts tried for a scenario whose answer the usual probes leave in place."""
 
 
@@ -117,7 +117,7 @@ def moving_probes(
                 f"{MOVE_ATTEMPTS} searched), so a value copied from the source is not caught"
             )
             for probe in base:
-                probe.still[(scenario.id, scenario.version)] = why
+                probe.still[scenario_key(scenario)] = why
         return found
 
     return base + probes.moves.get(key, search)
