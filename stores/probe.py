@@ -13,6 +13,9 @@ from stores.base import Fingerprint, ProvisionedStore, StoreError
 __all__ = ["DROP_ONE_IN", "TablePlan", "ViewProbeStore", "shift_factor"]
 
 
+DROP_ONE_IN = 4
+
+
 class ViewProbeStore(ProvisionedStore):
     """A probe read through views; `mount_path` is the materialised copy, built on first use
     by `materialise_to` (None: no builder, nothing to mount)."""
@@ -32,9 +35,6 @@ class ViewProbeStore(ProvisionedStore):
         return self._mount
 
 
-DROP_ONE_IN = 4
-
-
 @dataclass
 class TablePlan:
     """How one table is perturbed: its columns, the entity key whose hash drops rows, the
@@ -47,6 +47,8 @@ class TablePlan:
     scale: list[str] = field(default_factory=list)
     types: dict[str, str] = field(default_factory=dict)
     """Column -> declared type (upper case), as the catalog gives it."""
+    one_in: int = DROP_ONE_IN
+    """One row in this many is dropped by its key's hash (a power of two)."""
     shift: list[str] = field(default_factory=list)
     """Integer columns moved by `shift_factor` (a probe that must move an answer, only)."""
     exclude: list[tuple[str, str]] = field(default_factory=list)

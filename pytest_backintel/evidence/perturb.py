@@ -35,6 +35,7 @@ from stores.common.sqlite_file import build_from_parquet
 from stores.common.view_plan import (
     DONE_FILE,
     MIN_ROWS,
+    MOVING_ONE_IN,
     PERTURB_VERSION,
     build_once,
     id_like,
@@ -66,10 +67,10 @@ SQLITE_FILE = "perturbed.sqlite"
 DROP_ONE_IN = 4
 
 
-def _dropped(values: pl.Series, salt: int) -> pl.Series:
-    """The deterministic sample of key values that the copy drops (about one in four)."""
+def _dropped(values: pl.Series, salt: int, one_in: int) -> pl.Series:
+    """The deterministic sample of key values that the copy drops (about one in `one_in`)."""
     unique = values.unique()
-    return unique.filter(unique.hash(seed=salt) % DROP_ONE_IN == 0)
+    return unique.filter(unique.hash(seed=salt) % one_in == 0)
 
 
 def _hits(df: pl.DataFrame, col: str, values: pl.Series) -> pl.Expr:
@@ -170,7 +171,7 @@ def perturb_tables(
     import polars as pl
 
     keys = keys or DeclaredKeys()
-    min_rows = MIN_ROWS if moving is None else 1
+    min_rows, one_in = (MIN_ROWS, DROP_ONE_IN) if moving is None else (1, MOVING_ONE_IN)
     names = {t: key_names(t, df.columns) for t, df in tables.items()}
     entity: dict[str, tuple[str, str]] = {}  # key name -> (table, column) it identifies
     drops: dict[str, pl.Series] = {}
@@ -184,13 +185,13 @@ def perturb_tables(
         name = names[table][cols[0]]
         if len(cols) == 1 and name != "id" and id_like(name) and name not in entity:
             entity[name] = (table, cols[0])
-            drops[name] = _dropped(df[cols[0]], salt)
+            drops[name] = _dropped(df[cols[0]], salt, one_in)
         else:
-            direct[table] = pl.struct(cols).hash(seed=salt) % DROP_ONE_IN == 0
+            direct[table] = pl.struct(cols).hash(seed=salt) % one_in == 0
     linked = _linked(tables, key_cols, names, entity, keys)
     for table, df in sorted(tables.items()):
         if not key_cols[table] and table not in linked and df.height >= min_rows:
-            direct[table] = pl.struct(df.columns).hash(seed=salt) % DROP_ONE_IN == 0
+            direct[table] = pl.struct(df.columns).hash(seed=salt) % one_in == 0
         texts = [c for c, t in df.schema.items() if t == pl.String]
         for col in texts if moving else []:
             hit = pl.col(col).is_in(list(moving or ())).fill_null(False)

@@ -88,6 +88,8 @@ class DataProbe:
         self._python = python
         self._runner: list[Callable[[str], Any] | None] = []
         self._checks: dict[tuple[str, int], tuple[dict[str, Any], str | None]] = {}
+        self.copy = False
+        """Whether this probe is a copy of the data (a world's), not views over it."""
         self.still: dict[tuple[str, int], str] = {}
         """Per scenario, why its answer keeps its value on every probe (`probe_moves`)."""
         self._idle: list[StoreSession] = []
@@ -328,7 +330,9 @@ class Probes:
         except Exception as exc:  # sqlite3, DuckDB, psycopg, polars, OS errors
             why = f"could not build the data probe of {files.name!r}: {exc}"
             raise StoreError(why) from exc
-        return DataProbe(store, backend.dialect, python, notes)
+        probe = DataProbe(store, backend.dialect, python, notes)
+        probe.copy = views is None
+        return probe
 
     def _view_plan(self, backend: Store, files: DatasetFiles, form: str | None) -> Any:
         """(kind, plans, notes) when `backend` declares its probes served as views over the

@@ -23,13 +23,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pytest_backintel.evidence.probe import DataProbe, Probes, PythonFactory, scenario_key
+from pytest_backintel.evidence.probe_search import quick_checks
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.tolerance import compare_metric
 from stores.base import DatasetFiles, Store
 
 __all__ = ["MOVE_ATTEMPTS", "answer_texts", "moving_probes", "moving_salt", "unmoved"]
 
-MOVE_ATTEMPTS = 12
+MOVE_ATTEMPTS = 8
 """Salts tried for a scenario whose answer the usual probes leave in place."""
 
 
@@ -52,26 +53,28 @@ def answer_texts(reference: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(sorted(set(found)))
 
 
+def _moved(scenario: Scenario, reference: Mapping[str, Any], values: Mapping[str, Any]) -> set[str]:
+    """The metrics of `reference` whose value is not what the check gives on a probe."""
+    return {
+        spec.name
+        for spec in scenario.metrics
+        if spec.name in reference
+        and not compare_metric(spec, reference[spec.name], values.get(spec.name)).ok
+    }
+
+
 def unmoved(
     scenario: Scenario, reference: Mapping[str, Any], probes: list[DataProbe]
 ) -> list[str] | None:
     """The metrics whose check value is the reference's on every one of `probes`; None when
     the check values are unknown on one of them (the trial is marked unguarded for that)."""
-    still = []
-    for spec in scenario.metrics:
-        if reference.get(spec.name) is None:
-            continue
-        moved = False
-        for probe in probes:
-            values, error = probe.check(scenario)
-            if error is not None:
-                return None
-            moved = (
-                moved or not compare_metric(spec, reference[spec.name], values.get(spec.name)).ok
-            )
-        if not moved:
-            still.append(spec.name)
-    return still
+    still = {name for name, value in reference.items() if value is not None}
+    for probe in probes:
+        values, error = probe.check(scenario)
+        if error is not None:
+            return None
+        still -= _moved(scenario, reference, values)
+    return [spec.name for spec in scenario.metrics if spec.name in still]
 
 
 def moving_probes(
@@ -99,8 +102,15 @@ def moving_probes(
         still = unmoved(scenario, ref, base)
         found: list[DataProbe] = []
         texts = answer_texts(ref)
+        quick = (
+            quick_checks(files, scenario, texts) if still and all(p.copy for p in base) else None
+        )
         for attempt in range(MOVE_ATTEMPTS if still else 0):
             salt = moving_salt(attempt, texts)
+            if quick is not None and not _moved(
+                scenario, {m: ref[m] for m in still or ()}, quick(salt)
+            ):
+                continue
             probe = probes.variant(backend, files, python, data_hash, salt, texts)
             if probe is None:
                 break

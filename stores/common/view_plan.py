@@ -39,6 +39,7 @@ from stores.probe import TablePlan
 __all__ = [
     "DONE_FILE",
     "MIN_ROWS",
+    "MOVING_ONE_IN",
     "PERTURB_VERSION",
     "Catalog",
     "Plans",
@@ -63,6 +64,9 @@ PERTURB_VERSION = 7
 
 
 MIN_ROWS = 4
+
+MOVING_ONE_IN = 2
+"""A probe that must move an answer drops one row in this many (`moving_plans`)."""
 
 
 DONE_FILE = "perturbed.json"
@@ -282,4 +286,5 @@ def moving_plans(plans: dict[str, TablePlan], exclude: tuple[str, ...]) -> dict[
         ]
         texts = [c for c in plan.columns if _TEXT.fullmatch(typed.get(c, ""))]
         plan.exclude = [(c, value) for c in texts for value in exclude]
+        plan.one_in = MOVING_ONE_IN
     return out

@@ -33,7 +33,7 @@ from stores.base import StoreError
 from stores.duckdb.reading import DuckDBSource, lock_down
 from stores.engine.common import BASE_CONFIG, DuckDBSession, quote_ident, quote_literal
 from stores.engine.process import IsolatedSession
-from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore, shift_factor
+from stores.probe import TablePlan, ViewProbeStore, shift_factor
 
 __all__ = [
     "DuckDBProbeStore",
@@ -90,7 +90,7 @@ def view_statements(
         where = []
         if plan.key:
             keys = ", ".join(quote_ident(c) for c in plan.key)
-            where.append(f"hash({salt}, {keys}) % {DROP_ONE_IN} <> 0")
+            where.append(f"hash({salt}, {keys}) % {plan.one_in} <> 0")
         for col, value in plan.exclude:
             c = f"bi_t.{quote_ident(col)}"
             where.append(f"({c} IS NULL OR {c} <> {quote_literal(value)})")

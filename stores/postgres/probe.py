@@ -45,7 +45,7 @@ from stores.postgres.plans import postgres_scans
 from stores.postgres.policy import outside_functions, refused_builtin, view_calls
 from stores.postgres.session import PostgresSession
 from stores.postgres.source import ProvisionedPostgresSource
-from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore, shift_factor
+from stores.probe import TablePlan, ViewProbeStore, shift_factor
 
 __all__ = ["PostgresProbeSession", "PostgresProbeStore", "view_statements"]
 
@@ -116,7 +116,7 @@ def view_statements(
         if plan.key:
             cols = [f"{alias}.{ident(c)}" for c in plan.key]
             keyed = cols[0] if len(cols) == 1 else f"ROW({', '.join(cols)})"
-            where.append(f"(hashtextextended({keyed}::text, {salt}) & {DROP_ONE_IN - 1}) <> 0")
+            where.append(f"(hashtextextended({keyed}::text, {salt}) & {plan.one_in - 1}) <> 0")
         for col, value in plan.exclude:
             c = f"{alias}.{ident(col)}"
             where.append(f"({c} IS NULL OR {c} <> {_literal(value)})")

@@ -62,7 +62,7 @@ def _mixed(terms: list[str], salt: int) -> str:
     return f"(((({h}) * ({h}) + {salt * 104729}) % {_P}) >> 11)"
 
 
-def keep_sql(columns: list[str], salt: int) -> str:
+def keep_sql(columns: list[str], salt: int, one_in: int = DROP_ONE_IN) -> str:
     """SQL that is true for a row to keep and false for one of the `DROP_ONE_IN` dropped,
     in SQLite's own arithmetic (an integer key costs a few opcodes, no Python call); a key
     value of another type goes through `bi_hash`."""
@@ -73,7 +73,7 @@ def keep_sql(columns: list[str], salt: int) -> str:
             f"CASE WHEN typeof({c}) = 'integer' THEN (({c} % {_P}) + {_P}) % {_P} "
             f"ELSE bi_hash({c}) END"
         )
-    return f"({_mixed(terms, salt)} % {DROP_ONE_IN} != 0)"
+    return f"({_mixed(terms, salt)} % {one_in} != 0)"
 
 
 def _lit(value: str) -> str:
@@ -111,7 +111,7 @@ def view_statements(plans: dict[str, TablePlan], salt: int, source: str = "main"
                 select.append(quote_ident(column))
         where = []
         if plan.key:
-            where.append(keep_sql(plan.key, salt))
+            where.append(keep_sql(plan.key, salt, plan.one_in))
         where += [
             f"({quote_ident(c)} IS NULL OR {quote_ident(c)} <> {_lit(v)})" for c, v in plan.exclude
         ]
