@@ -223,7 +223,8 @@ def test_a_table_with_no_usable_key_drops_rows_by_a_hash_of_the_whole_row(
     """`Rate` and `Note` have no declared key, no id-like column and no foreign key: the probe
     drops their rows by a hash of the whole row, so a count of `Note` given as a literal is
     caught, no probe gap is named, and the run has no probe warning. (A table under
-    `MIN_ROWS` rows still keeps them: choosing salts per scenario is not done yet.)"""
+    `MIN_ROWS` rows keeps them on the usual probes; a scenario whose answer needs it moved gets
+    a probe of its own, `tests/test_probe_moves.py`.)"""
     write_sqlite(tmp_path / "chinook.sqlite")
     con = sqlite3.connect(tmp_path / "chinook.sqlite")
     con.executescript(NO_KEY)
