@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_own_data import ADMIN_DSN, _admin, backintel, pytest_run
+from test_own_data import backintel, postgres_source, pytest_run
 
 CUSTOMERS = 59
 INVOICES = 412
@@ -104,24 +104,9 @@ def write_parquet(folder: Path) -> None:
 @pytest.fixture
 def chinook_postgres() -> Iterator[str]:
     """The same schema in a PostgreSQL database of its own (numeric(10,2) money)."""
-    name = f"chinook_src_{secrets.token_hex(4)}"
-    admin = _admin()
-    admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
-    dsn = ADMIN_DSN.rsplit("/", 1)[0] + f"/{name}"
-    try:
-        import psycopg
-
-        with psycopg.connect(dsn, autocommit=True) as con:
-            for ddl in DDL:
-                con.execute(ddl.replace("DECIMAL", "numeric").replace("NUMERIC", "numeric"))
-            for table, data in rows().items():
-                marks = ", ".join(["%s"] * len(data[0]))
-                with con.cursor() as cur:
-                    cur.executemany(f"INSERT INTO {table} VALUES ({marks})", data)
+    ddl = [d.replace("DECIMAL", "numeric").replace("NUMERIC", "numeric") for d in DDL]
+    with postgres_source("chinook_src", ddl, rows()) as dsn:
         yield dsn
-    finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
-        admin.close()  # type: ignore[attr-defined]
 
 
 def project(folder: Path, binding: str) -> Path:

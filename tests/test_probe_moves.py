@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from test_own_data import ADMIN_DSN, _admin, backintel
+from test_own_data import backintel, postgres_source
 
 PLANS = [(1, "Starter", 9.5), (2, "Pro", 29.0), (3, "Business", 99.0)]
 SUBSCRIPTIONS = [(i, 3 if i % 5 < 3 else 1 + i % 2, 1 + i % 7) for i in range(1, 41)]
@@ -111,24 +111,8 @@ def write_files(folder: Path, form: str) -> None:
 @pytest.fixture
 def saas_postgres() -> Iterator[str]:
     """The same tables in a PostgreSQL database of their own (dropped after)."""
-    name = f"moves_src_{secrets.token_hex(4)}"
-    admin = _admin()
-    admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
-    dsn = ADMIN_DSN.rsplit("/", 1)[0] + f"/{name}"
-    try:
-        import psycopg
-
-        with psycopg.connect(dsn, autocommit=True) as con:
-            for ddl in DDL:
-                con.execute(ddl)
-            for table, data in ROWS.items():
-                with con.cursor() as cur:
-                    marks = ", ".join(["%s"] * len(data[0]))
-                    cur.executemany(f"INSERT INTO {table} VALUES ({marks})", data)
+    with postgres_source("moves_src", DDL, ROWS) as dsn:
         yield dsn
-    finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
-        admin.close()  # type: ignore[attr-defined]
 
 
 def bind(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
