@@ -198,3 +198,43 @@ def test_an_answer_nothing_moves_is_marked_unguarded(tmp_path: Path) -> None:
     got = score(folder, "ratio-one", "r", 1, same["ratio-one"][4])
     assert got["outcome"] == "pass", got
     assert "does not move under the probe: r keeps" in str(got["probe_unguarded"]), got
+
+
+def test_a_worlds_copy_moves_keyless_small_and_integer_tables_and_the_winner() -> None:
+    """The copy a built world's probes read (`perturb_tables`): a table with no key drops rows
+    by a hash of the whole row on the usual copy; a moving copy drops rows of a three-row table
+    as well, grows integers but keeps 0 and 1, and drops the winning category with the rows
+    that point at it, so a literal of any of them disagrees with the copy."""
+    import polars as pl
+
+    from pytest_backintel.evidence.perturb import perturb_tables
+
+    tables = {
+        "plans": pl.DataFrame({"plan_id": [p[0] for p in PLANS], "name": [p[1] for p in PLANS]}),
+        "subscriptions": pl.DataFrame(
+            {
+                "subscription_id": [s[0] for s in SUBSCRIPTIONS],
+                "plan_id": [s[1] for s in SUBSCRIPTIONS],
+                "seats": [s[2] for s in SUBSCRIPTIONS],
+                "active": [s[0] % 2 for s in SUBSCRIPTIONS],
+            }
+        ),
+        "events": pl.DataFrame({"kind": [e[0] for e in EVENTS], "day": [e[1] for e in EVENTS]}),
+    }
+    notes: list[str] = []
+    usual = [perturb_tables(tables, salt, notes=notes) for salt in (1, 2)]
+    assert any(copy["events"].height < len(EVENTS) for copy in usual)
+    assert all(copy["plans"].height == 3 for copy in usual)  # a small table, on the usual copy
+    assert notes, "the three-row table is named"
+    assert all("'plans'" in n for n in notes), notes
+
+    moving = perturb_tables(tables, 7, moving=("Business",))
+    assert "Business" not in moving["plans"]["name"].to_list()
+    assert 3 not in moving["subscriptions"]["plan_id"].to_list()  # its dependants went with it
+    kept = tables["subscriptions"].join(moving["subscriptions"], on="subscription_id")
+    assert (
+        kept.filter(pl.col("seats") >= 2)
+        .select((pl.col("seats_right") > pl.col("seats")).all())
+        .item()
+    )
+    assert kept.select((pl.col("active_right") == pl.col("active")).all()).item()  # flags stay
