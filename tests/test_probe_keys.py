@@ -143,6 +143,11 @@ def score(folder: Path, sid: str, value: float, kind: str, code: str) -> dict[st
         "metrics": [{"name": metric, "value": value, "unit": SCENARIOS[sid][3]}],
         "evidence": [evidence],
     }
+    return score_answer(folder, sid, answer)
+
+
+def score_answer(folder: Path, sid: str, answer: dict[str, object]) -> dict[str, object]:
+    """`backintel score` of `answer` for scenario `sid`: its JSON output."""
     path = folder / f"{sid}-{secrets.token_hex(3)}.json"
     path.write_text(json.dumps(answer))
     done = backintel(folder, "score", "--scenario", f"scenarios/{sid}.scenario.yaml", str(path))

@@ -8,7 +8,6 @@ honest query passes and no trial is marked unguarded. An answer nothing can move
 from __future__ import annotations
 
 import json
-import secrets
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from test_own_data import backintel, postgres_source
+from test_probe_keys import score_answer
 
 PLANS = [(1, "Starter", 9.5), (2, "Pro", 29.0), (3, "Business", 99.0)]
 SUBSCRIPTIONS = [(i, 3 if i % 5 < 3 else 1 + i % 2, 1 + i % 7) for i in range(1, 41)]
@@ -151,12 +151,7 @@ def score(folder: Path, sid: str, metric: str, value: object, code: str) -> dict
         "metrics": [{"name": metric, "value": value}],
         "evidence": [{"id": "e1", "kind": "sql", "code": code, "metrics": [metric]}],
     }
-    path = folder / f"{sid}-{secrets.token_hex(3)}.json"
-    path.write_text(json.dumps(answer))
-    done = backintel(folder, "score", "--scenario", f"scenarios/{sid}.scenario.yaml", str(path))
-    assert done.stdout, done.stderr
-    result: dict[str, object] = json.loads(done.stdout)
-    return result
+    return score_answer(folder, sid, answer)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "duckdb", "parquet", "csv", "postgres"])
