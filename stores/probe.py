@@ -14,7 +14,10 @@ from pathlib import Path
 
 from stores.base import Fingerprint, ProvisionedStore, StoreError
 
-__all__ = ["DROP_ONE_IN", "TablePlan", "ViewProbeStore"]
+__all__ = ["DROP_ONE_IN", "TablePlan", "ViewProbeStore", "shift_factor"]
+
+
+DROP_ONE_IN = 4
 
 
 COPY_NICENESS = 10
@@ -87,9 +90,6 @@ class ViewProbeStore(ProvisionedStore):
         return self._mount
 
 
-DROP_ONE_IN = 4
-
-
 @dataclass
 class TablePlan:
     """How one table is perturbed: its columns, the entity key whose hash drops rows, the
@@ -100,3 +100,19 @@ class TablePlan:
     parents: list[tuple[list[str], str, list[str]]] = field(default_factory=list)
     """(columns here, parent table, parent columns)."""
     scale: list[str] = field(default_factory=list)
+    types: dict[str, str] = field(default_factory=dict)
+    """Column -> declared type (upper case), as the catalog gives it."""
+    one_in: int = DROP_ONE_IN
+    """One row in this many is dropped by its key's hash (a power of two)."""
+    shift: list[str] = field(default_factory=list)
+    """Integer columns moved by `shift_factor` (a probe that must move an answer, only)."""
+    exclude: list[tuple[str, str]] = field(default_factory=list)
+    """(text column, value): rows holding the value there are dropped (the answer's own
+    category, so a probe can change which one wins)."""
+
+
+def shift_factor(salt: int) -> int:
+    """The sixteenths an integer column grows by on a probe of `salt` (`TablePlan.shift`):
+    between 8 and 15, so 0 and 1 (flags) stay and every other value moves, the same function
+    of the value in every column (a join on integers still matches)."""
+    return 8 + salt % 8

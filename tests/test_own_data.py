@@ -3,6 +3,7 @@ a DuckDB file and a CSV folder; locks refused on other data; validate and --stor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -79,10 +80,13 @@ def _admin() -> object:
         pytest.skip(f"no PostgreSQL at {ADMIN_DSN}: {exc}")
 
 
-@pytest.fixture
-def shop_postgres() -> Iterator[str]:
-    """A source database created for this test (dropped after), with the shop's types."""
-    name = f"shop_src_{secrets.token_hex(4)}"
+@contextlib.contextmanager
+def postgres_source(
+    prefix: str, ddl: list[str], rows: dict[str, list[tuple[object, ...]]]
+) -> Iterator[str]:
+    """The DSN of a PostgreSQL database of its own (`prefix_<random>`, dropped after) holding
+    the tables `ddl` creates, filled with `rows` per table."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
     admin = _admin()
     admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
     dsn = ADMIN_DSN.rsplit("/", 1)[0] + f"/{name}"
@@ -90,22 +94,31 @@ def shop_postgres() -> Iterator[str]:
         import psycopg
 
         with psycopg.connect(dsn, autocommit=True) as con:
-            con.execute(
-                "CREATE TABLE customers (id integer PRIMARY KEY, name text NOT NULL, "
-                "country text NOT NULL)"
-            )
-            con.execute(
-                "CREATE TABLE orders (id integer PRIMARY KEY, customer_id integer NOT NULL "
-                "REFERENCES customers (id), ordered_on date NOT NULL, status text NOT NULL, "
-                "amount_eur numeric(10,2) NOT NULL)"
-            )
-            con.execute("INSERT INTO customers VALUES (1,'Ada','DE'),(2,'Bo','FR'),(3,'Cy','DE')")
-            for row in shop_rows():
-                con.execute("INSERT INTO orders VALUES (%s,%s,%s,%s,%s)", row)
+            for statement in ddl:
+                con.execute(statement)  # type: ignore[arg-type]
+            for table, data in rows.items():
+                marks = ", ".join(["%s"] * len(data[0]))
+                with con.cursor() as cur:
+                    cur.executemany(f"INSERT INTO {table} VALUES ({marks})", data)  # type: ignore[arg-type]
         yield dsn
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
         admin.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def shop_postgres() -> Iterator[str]:
+    """A source database created for this test (dropped after), with the shop's types."""
+    ddl = [
+        "CREATE TABLE customers (id integer PRIMARY KEY, name text NOT NULL, "
+        "country text NOT NULL)",
+        "CREATE TABLE orders (id integer PRIMARY KEY, customer_id integer NOT NULL "
+        "REFERENCES customers (id), ordered_on date NOT NULL, status text NOT NULL, "
+        "amount_eur numeric(10,2) NOT NULL)",
+    ]
+    customers: list[tuple[object, ...]] = [(1, "Ada", "DE"), (2, "Bo", "FR"), (3, "Cy", "DE")]
+    with postgres_source("shop_src", ddl, {"customers": customers, "orders": shop_rows()}) as dsn:
+        yield dsn
 
 
 def test_the_tutorial_on_an_existing_postgres_database(

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_own_data import ADMIN_DSN, _admin, backintel, pytest_run
+from test_own_data import backintel, postgres_source, pytest_run
 
 CUSTOMERS = 59
 INVOICES = 412
@@ -104,24 +104,9 @@ def write_parquet(folder: Path) -> None:
 @pytest.fixture
 def chinook_postgres() -> Iterator[str]:
     """The same schema in a PostgreSQL database of its own (numeric(10,2) money)."""
-    name = f"chinook_src_{secrets.token_hex(4)}"
-    admin = _admin()
-    admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
-    dsn = ADMIN_DSN.rsplit("/", 1)[0] + f"/{name}"
-    try:
-        import psycopg
-
-        with psycopg.connect(dsn, autocommit=True) as con:
-            for ddl in DDL:
-                con.execute(ddl.replace("DECIMAL", "numeric").replace("NUMERIC", "numeric"))
-            for table, data in rows().items():
-                marks = ", ".join(["%s"] * len(data[0]))
-                with con.cursor() as cur:
-                    cur.executemany(f"INSERT INTO {table} VALUES ({marks})", data)
+    ddl = [d.replace("DECIMAL", "numeric").replace("NUMERIC", "numeric") for d in DDL]
+    with postgres_source("chinook_src", ddl, rows()) as dsn:
         yield dsn
-    finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
-        admin.close()  # type: ignore[attr-defined]
 
 
 def project(folder: Path, binding: str) -> Path:
@@ -158,6 +143,11 @@ def score(folder: Path, sid: str, value: float, kind: str, code: str) -> dict[st
         "metrics": [{"name": metric, "value": value, "unit": SCENARIOS[sid][3]}],
         "evidence": [evidence],
     }
+    return score_answer(folder, sid, answer)
+
+
+def score_answer(folder: Path, sid: str, answer: dict[str, object]) -> dict[str, object]:
+    """`backintel score` of `answer` for scenario `sid`: its JSON output."""
     path = folder / f"{sid}-{secrets.token_hex(3)}.json"
     path.write_text(json.dumps(answer))
     done = backintel(folder, "score", "--scenario", f"scenarios/{sid}.scenario.yaml", str(path))
@@ -223,7 +213,8 @@ def test_a_table_with_no_usable_key_drops_rows_by_a_hash_of_the_whole_row(
     """`Rate` and `Note` have no declared key, no id-like column and no foreign key: the probe
     drops their rows by a hash of the whole row, so a count of `Note` given as a literal is
     caught, no probe gap is named, and the run has no probe warning. (A table under
-    `MIN_ROWS` rows still keeps them: choosing salts per scenario is not done yet.)"""
+    `MIN_ROWS` rows keeps them on the usual probes; a scenario whose answer needs it moved gets
+    a probe of its own, `tests/test_probe_moves.py`.)"""
     write_sqlite(tmp_path / "chinook.sqlite")
     con = sqlite3.connect(tmp_path / "chinook.sqlite")
     con.executescript(NO_KEY)

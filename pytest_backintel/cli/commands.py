@@ -82,6 +82,11 @@ def _references_build(args: argparse.Namespace) -> int:
         print(f"backintel references build: {line}", file=sys.stderr)
     if not done and not problems:
         print("no answerable scenarios bound to data of your own were found")
+    if done and not problems:
+        from pytest_backintel.run.probe_audit import unguarded_scenarios
+
+        for line in unguarded_scenarios([Path(p) for p in args.paths or ["."]], Path.cwd()):
+            print(f"backintel references build: {line}")
     return 1 if problems else 0
 
 

@@ -35,12 +35,14 @@ from stores.common.sqlite_file import build_from_parquet
 from stores.common.view_plan import (
     DONE_FILE,
     MIN_ROWS,
+    MOVING_ONE_IN,
     PERTURB_VERSION,
     build_once,
     id_like,
     key_names,
     write_done,
 )
+from stores.probe import shift_factor
 
 if TYPE_CHECKING:  # polars is imported where a copy is built, not where a built one is found
     import polars as pl
@@ -65,10 +67,10 @@ SQLITE_FILE = "perturbed.sqlite"
 DROP_ONE_IN = 4
 
 
-def _dropped(values: pl.Series, salt: int) -> pl.Series:
-    """The deterministic sample of key values that the copy drops (about one in four)."""
+def _dropped(values: pl.Series, salt: int, one_in: int) -> pl.Series:
+    """The deterministic sample of key values that the copy drops (about one in `one_in`)."""
     unique = values.unique()
-    return unique.filter(unique.hash(seed=salt) % DROP_ONE_IN == 0)
+    return unique.filter(unique.hash(seed=salt) % one_in == 0)
 
 
 def _hits(df: pl.DataFrame, col: str, values: pl.Series) -> pl.Expr:
@@ -158,13 +160,18 @@ def perturb_tables(
     salt: int = 1,
     keys: DeclaredKeys | None = None,
     notes: list[str] | None = None,
+    moving: tuple[str, ...] | None = None,
 ) -> dict[str, pl.DataFrame]:
     """The perturbed tables (see the module docstring); deterministic for the same input and
     `salt` (each salt drops other rows and scales by other factors). `keys` are the source's
-    declared keys; a table whose rows cannot be dropped is named in `notes`, with why."""
+    declared keys; a table whose rows cannot be dropped is named in `notes`, with why. With
+    `moving` (a probe that must move an answer, `view_plan.moving_plans`): small tables drop
+    rows too, integer columns that are no key grow, and rows holding one of its values in a
+    text column are dropped with their dependants."""
     import polars as pl
 
     keys = keys or DeclaredKeys()
+    min_rows, one_in = (MIN_ROWS, DROP_ONE_IN) if moving is None else (1, MOVING_ONE_IN)
     names = {t: key_names(t, df.columns) for t, df in tables.items()}
     entity: dict[str, tuple[str, str]] = {}  # key name -> (table, column) it identifies
     drops: dict[str, pl.Series] = {}
@@ -173,14 +180,22 @@ def perturb_tables(
     for table, df in sorted(tables.items()):
         cols = entity_key(df, names[table], keys.primary.get(table))
         key_cols[table] = cols
-        if not cols or df.height < MIN_ROWS:
+        if not cols or df.height < min_rows:
             continue
         name = names[table][cols[0]]
         if len(cols) == 1 and name != "id" and id_like(name) and name not in entity:
             entity[name] = (table, cols[0])
-            drops[name] = _dropped(df[cols[0]], salt)
+            drops[name] = _dropped(df[cols[0]], salt, one_in)
         else:
-            direct[table] = pl.struct(cols).hash(seed=salt) % DROP_ONE_IN == 0
+            direct[table] = pl.struct(cols).hash(seed=salt) % one_in == 0
+    linked = _linked(tables, key_cols, names, entity, keys)
+    for table, df in sorted(tables.items()):
+        if not key_cols[table] and table not in linked and df.height >= min_rows:
+            direct[table] = pl.struct(df.columns).hash(seed=salt) % one_in == 0
+        texts = [c for c, t in df.schema.items() if t == pl.String]
+        for col in texts if moving else []:
+            hit = pl.col(col).is_in(list(moving or ())).fill_null(False)
+            direct[table] = direct[table] | hit if table in direct else hit
     conditions: dict[str, pl.Expr] = {}
     changed = True
     while changed:
@@ -202,54 +217,78 @@ def perturb_tables(
     skip |= {(t, c) for t, cols, _, _ in keys.foreign for c in cols}
     counter = [0]
     for table in sorted(out):
-        out[table] = _scale(out[table], {c for t, c in skip if t == table}, salt, counter)
+        fixed = {c for t, c in skip if t == table}
+        out[table] = _scale(out[table], fixed, salt, counter)
+        if moving is not None:
+            out[table] = _shift(out[table], fixed, salt)
     if notes is not None:
-        notes.extend(_gaps(tables, out, key_cols, names, entity, keys, MIN_ROWS))
+        notes.extend(_gaps(tables, out, key_cols, linked, min_rows))
     return out
+
+
+def _shift(df: pl.DataFrame, skip: set[str], salt: int) -> pl.DataFrame:
+    """Integer columns that are no key grown by `shift_factor` sixteenths (0 and 1 stay)."""
+    import polars as pl
+
+    k = shift_factor(salt)
+    grown = [
+        (pl.col(c) + (pl.col(c).cast(pl.Int64) * k / 16).cast(pl.Int64)).cast(t).alias(c)
+        for c, t in df.schema.items()
+        if t.is_integer() and c not in skip and not id_like(c)
+    ]
+    return df.with_columns(grown) if grown else df
+
+
+def _linked(
+    tables: dict[str, pl.DataFrame],
+    key_cols: dict[str, list[str]],
+    names: dict[str, dict[str, str]],
+    entity: dict[str, tuple[str, str]],
+    keys: DeclaredKeys,
+) -> set[str]:
+    """The tables whose rows drop with a row they point at (declared foreign key, or a
+    column named as another table's entity key)."""
+    linked = {t for t, _, p, _ in keys.foreign if key_cols.get(p) and t in tables}
+    for table, cols in names.items():
+        if any(n in entity and entity[n][0] != table for n in cols.values()):
+            linked.add(table)
+    return linked
 
 
 def _gaps(
     tables: dict[str, pl.DataFrame],
     out: dict[str, pl.DataFrame],
     key_cols: dict[str, list[str]],
-    names: dict[str, dict[str, str]],
-    entity: dict[str, tuple[str, str]],
-    keys: DeclaredKeys,
+    linked: set[str],
     min_rows: int,
 ) -> list[str]:
     """The tables whose rows the copy cannot drop, each with why and whether its numbers
-    still move."""
-    linked = {t for t, _, p, _ in keys.foreign if key_cols.get(p)}
-    for table, cols in names.items():
-        if any(n in entity and entity[n][0] != table for n in cols.values()):
-            linked.add(table)
+    still move (a table with no key drops rows by a hash of the whole row)."""
     gaps = []
     for table, df in sorted(tables.items()):
-        if table in linked or (key_cols[table] and df.height >= min_rows):
+        if table in linked or df.height >= min_rows:
             continue
-        if key_cols[table]:
-            why = f"it has fewer than {min_rows} rows"
-        else:
-            why = (
-                "it has no declared primary key, no unique id-like column (id, *_id, *Id, *ID, "
-                "*key) and no foreign key to a table that has one"
-            )
         moved = (
             "its numbers are rescaled"
             if not out[table].equals(df)
             else "nothing in it changes, so a count or a literal over it alone is not caught"
         )
+        why = f"it has fewer than {min_rows} rows"
         gaps.append(f"table {table!r} keeps every row: {why}; {moved}")
     return gaps
 
 
 def _perturb_parquet(
-    src: Path, dst: Path, salt: int, notes: list[str] | None = None
+    src: Path,
+    dst: Path,
+    salt: int,
+    notes: list[str] | None = None,
+    moving: tuple[str, ...] | None = None,
 ) -> dict[str, pl.DataFrame]:
     import polars as pl
 
     tables = {p.stem: pl.read_parquet(p) for p in sorted(src.glob("*.parquet"))}
-    perturbed = perturb_tables(tables, salt, notes=notes)
+    perturbed = perturb_tables(tables, salt, notes=notes, moving=moving)
     dst.mkdir(parents=True)
     for table, df in perturbed.items():
         df.write_parquet(dst / f"{table}.parquet", statistics=False)
@@ -266,13 +305,13 @@ def _source_id(files: DatasetFiles, salt: int) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _build(files: DatasetFiles, folder: Path, salt: int) -> None:
+def _build(files: DatasetFiles, folder: Path, salt: int, moving: tuple[str, ...] | None) -> None:
     notes: list[str] = []
-    _perturb_parquet(files.parquet_dir, folder / "parquet", salt, notes)
+    _perturb_parquet(files.parquet_dir, folder / "parquet", salt, notes, moving)
     for key, path in sorted(files.extra.items()):
         kind, _, alias = key.partition(":")
         if kind == "parquet":
-            _perturb_parquet(path, folder / f"parquet-{alias}", salt, notes)
+            _perturb_parquet(path, folder / f"parquet-{alias}", salt, notes, moving)
     if files.sqlite_path is not None:  # the sqlite backend then copies it, as it copies worlds
         build_from_parquet(sorted((folder / "parquet").glob("*.parquet")), folder / SQLITE_FILE)
     write_done(folder, str(files.parquet_dir), salt, notes)
@@ -323,8 +362,13 @@ def source_form(files: DatasetFiles) -> str | None:
     return None
 
 
-def perturb_dataset(files: DatasetFiles, cache_dir: Path, salt: int = 1) -> DatasetFiles:
-    """The perturbed copy of `files` under `cache_dir`, built on first use (xdist-safe)."""
-    final = cache_dir / f"{files.name}-{_source_id(files, salt)}"
-    build_once(cache_dir, final, lambda tmp: _build(files, tmp, salt))
+def perturb_dataset(
+    files: DatasetFiles, cache_dir: Path, salt: int = 1, moving: tuple[str, ...] | None = None
+) -> DatasetFiles:
+    """The perturbed copy of `files` under `cache_dir`, built on first use (xdist-safe);
+    `moving` as in `perturb_tables` (its salt names the copy: `probe.moving_salt`)."""
+    final = (
+        cache_dir / f"{files.name}-{_source_id(files, salt)}{'-m' if moving is not None else ''}"
+    )
+    build_once(cache_dir, final, lambda tmp: _build(files, tmp, salt, moving))
     return _files(files, final)

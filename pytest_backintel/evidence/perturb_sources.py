@@ -48,10 +48,14 @@ def _frames(
 
 
 def _perturbed(
-    frames: dict[str, pl.DataFrame], salt: int, keys: DeclaredKeys, notes: list[str]
+    frames: dict[str, pl.DataFrame],
+    salt: int,
+    keys: DeclaredKeys,
+    notes: list[str],
+    moving: tuple[str, ...] | None,
 ) -> dict[str, pl.DataFrame]:
     """`perturb_tables` with the source's declared keys (`evidence.perturb`)."""
-    return perturb_tables(frames, salt, keys, notes)
+    return perturb_tables(frames, salt, keys, notes, moving)
 
 
 _SQLITE_NUMERIC = ("REAL", "FLOA", "DOUB", "NUM", "DEC")
@@ -84,7 +88,7 @@ def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _sqlite(src: Path, dst: Path, salt: int) -> list[str]:
+def _sqlite(src: Path, dst: Path, salt: int, moving: tuple[str, ...] | None) -> list[str]:
     source = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
     con = sqlite3.connect(dst)
     try:
@@ -103,7 +107,7 @@ def _sqlite(src: Path, dst: Path, salt: int) -> list[str]:
         keys = sqlite_declared_keys(con, tables)
         con.execute("PRAGMA foreign_keys = OFF")
         with con:
-            for table, df in _perturbed(frames, salt, keys, notes).items():
+            for table, df in _perturbed(frames, salt, keys, notes, moving).items():
                 cols = ", ".join(_q(c) for c in df.columns)
                 marks = ", ".join("?" * len(df.columns))
                 con.execute(f"DELETE FROM {_q(table)}")
@@ -114,7 +118,7 @@ def _sqlite(src: Path, dst: Path, salt: int) -> list[str]:
     return notes
 
 
-_BUILDERS: dict[str, Callable[[Path, Path, int], list[str]]] = {
+_BUILDERS: dict[str, Callable[[Path, Path, int, tuple[str, ...] | None], list[str]]] = {
     "sqlite": _sqlite,
 }
 
@@ -133,17 +137,24 @@ def _as_files(files: DatasetFiles, form: str, built: Path) -> DatasetFiles:
 
 
 def perturb_source(
-    files: DatasetFiles, form: str, cache_dir: Path, salt: int, data_hash: str
+    files: DatasetFiles,
+    form: str,
+    cache_dir: Path,
+    salt: int,
+    data_hash: str,
+    moving: tuple[str, ...] | None = None,
 ) -> DatasetFiles:
     """The perturbed copy of a SQLite/DuckDB file or CSV folder, built on first use under
-    `cache_dir` and reused while the source's data hash is the same (xdist-safe)."""
+    `cache_dir` and reused while the source's data hash is the same (xdist-safe); `moving`
+    as in `perturb_tables`."""
     src = _source_path(files, form)
     suffix = "" if form == "csv" else src.suffix
-    final = cache_dir / f"{files.name}-{form}-v{PERTURB_VERSION}-s{salt}-{data_hash[:16]}"
+    tag = "m" if moving is not None else "s"
+    final = cache_dir / f"{files.name}-{form}-v{PERTURB_VERSION}-{tag}{salt}-{data_hash[:16]}"
     built = final / f"data{suffix}"
 
     def build(tmp: Path) -> None:
-        notes = _BUILDERS[form](src, tmp / built.name, salt)
+        notes = _BUILDERS[form](src, tmp / built.name, salt, moving)
         write_done(tmp, str(src), salt, notes)
 
     build_once(cache_dir, final, build)

@@ -41,6 +41,7 @@ __all__ = [
     "Probes",
     "PythonFactory",
     "probe_limit",
+    "scenario_key",
 ]
 
 PROBE_TIME_MULTIPLE = 10.0
@@ -48,6 +49,11 @@ PROBE_TIME_FLOOR_S = 10.0
 """A statement on a probe may run `PROBE_TIME_MULTIPLE` times what the same evidence took on
 the source, and never less than `PROBE_TIME_FLOOR_S` (where the backend lets a session's limit
 move, `StoreSession.set_time_limit`; elsewhere the store's own limit holds)."""
+
+
+def scenario_key(scenario: Scenario) -> tuple[str, int]:
+    """What a probe keeps per scenario under (its id and version)."""
+    return (scenario.id, scenario.version)
 
 
 def probe_limit(source_s: float) -> float:
@@ -83,6 +89,10 @@ class DataProbe:
         self._python = python
         self._runner: list[Callable[[str], Any] | None] = []
         self._checks: dict[tuple[str, int], tuple[dict[str, Any], str | None]] = {}
+        self.copy = False
+        """Whether this probe is a copy of the data (a world's), not views over it."""
+        self.still: dict[tuple[str, int], str] = {}
+        """Per scenario, why its answer keeps its value on every probe (`probe_moves`)."""
         self._idle: list[StoreSession] = []
         """Sessions whose last statement ran cleanly, for the next trial to reuse: a new
         connection pays for reading the schema and the pages again (~1.5 ms on SQLite)."""
@@ -159,8 +169,9 @@ class DataProbe:
         reached this probe and the check values there are unknown (the check query failed or
         gave no value, or the scenario has none); else None."""
         found = self._checks.get((scenario.id, scenario.version))
+        still = self.still.get((scenario.id, scenario.version))
         if found is None or found[1] is None:
-            return None
+            return still
         return f"evidence is not checked against moved data: {found[1]}"
 
     def close(self) -> None:
@@ -177,6 +188,13 @@ SALTS = (1, 2)
 to leave unchanged (a rare count whose rows all survived) is still caught by the other."""
 
 
+def source_form_of(files: DatasetFiles) -> str | None:
+    """`perturb.source_form`, imported on first use (polars stays unimported until then)."""
+    from pytest_backintel.evidence.perturb import source_form
+
+    return source_form(files)
+
+
 class Probes:
     """Probes by (backend spec, dataset folder), provisioned on first use."""
 
@@ -186,6 +204,9 @@ class Probes:
         """Built once per key; concurrent trials wait for the first build, not each other's."""
         self._warming: dict[tuple[str, str], threading.Thread] = {}
         self._warming_lock = threading.Lock()
+        self._variants: list[DataProbe] = []
+        self.moves = OnceMap[tuple[str, str, str, int], list[DataProbe]]()
+        """Per scenario, the probes found to move what the usual ones leave (`probe_moves`)."""
 
     def get(
         self,
@@ -265,20 +286,60 @@ class Probes:
         views = self._view_plan(backend, files, form)
         if form is None and views is None:
             return []  # no data of a form the probe can copy: tables-read check only
-        probes = []
-        for salt in SALTS:
-            try:
-                if views is not None:
-                    store, notes = self._view_probe(backend, files, salt, data_hash, views)
-                else:
-                    store, notes = self._provision(backend, files, form, salt, data_hash)
-            except StoreError:
-                raise
-            except Exception as exc:  # sqlite3, DuckDB, psycopg, polars, OS errors
-                why = f"could not build the data probe of {files.name!r}: {exc}"
-                raise StoreError(why) from exc
-            probes.append(DataProbe(store, backend.dialect, python, notes))
-        return probes
+        return [self._one(backend, files, python, data_hash, salt, None, views) for salt in SALTS]
+
+    def variant(
+        self,
+        backend: Store,
+        files: DatasetFiles,
+        python: PythonFactory | None,
+        data_hash: str | None,
+        salt: int,
+        moving: tuple[str, ...],
+    ) -> DataProbe | None:
+        """A probe that must move an answer (`probe_moves`): small tables drop rows, integers
+        grow, rows holding one of `moving` in a text column go; None for a store that serves
+        its own probes (it has no such variant). Torn down with the others."""
+        from pytest_backintel.evidence.perturb import source_form
+
+        form = source_form(files)
+        views = self._view_plan(backend, files, form)
+        if views is None and form is None:
+            return None
+        if views is not None:
+            from stores.common.view_plan import moving_plans
+
+            kind, plan, notes = views
+            views = (kind, moving_plans(plan, moving), notes)
+        probe = self._one(backend, files, python, data_hash, salt, moving, views)
+        with self._warming_lock:
+            self._variants.append(probe)
+        return probe
+
+    def _one(
+        self,
+        backend: Store,
+        files: DatasetFiles,
+        python: PythonFactory | None,
+        data_hash: str | None,
+        salt: int,
+        moving: tuple[str, ...] | None,
+        views: Any,
+    ) -> DataProbe:
+        try:
+            if views is not None:
+                store, notes = self._view_probe(backend, files, salt, data_hash, views)
+            else:
+                form = source_form_of(files)
+                store, notes = self._provision(backend, files, form, salt, data_hash, moving)
+        except StoreError:
+            raise
+        except Exception as exc:  # sqlite3, DuckDB, psycopg, polars, OS errors
+            why = f"could not build the data probe of {files.name!r}: {exc}"
+            raise StoreError(why) from exc
+        probe = DataProbe(store, backend.dialect, python, notes)
+        probe.copy = views is None
+        return probe
 
     def _view_plan(self, backend: Store, files: DatasetFiles, form: str | None) -> Any:
         """(kind, plans, notes) when `backend` declares its probes served as views over the
@@ -307,12 +368,13 @@ class Probes:
         form: str | None,
         salt: int,
         data_hash: str | None,
+        moving: tuple[str, ...] | None = None,
     ) -> tuple[ProvisionedStore, list[str]]:
         # imported here: only a run whose answers cite evidence builds probes (polars, Arrow)
         from pytest_backintel.evidence.perturb import FILE_FORMS, notes_of, perturb_dataset
 
         if form == "parquet":
-            copy = perturb_dataset(files, self.cache_dir(), salt)
+            copy = perturb_dataset(files, self.cache_dir(), salt, moving)
             return backend.provision(copy), notes_of(copy)
         if form not in FILE_FORMS:
             raise ValueError(f"no perturbed copy can be made of {files.name!r} ({form})")
@@ -320,7 +382,7 @@ class Probes:
             raise ValueError(f"the {form} source of {files.name!r} has no data hash")
         from pytest_backintel.evidence.perturb_sources import perturb_source
 
-        copy = perturb_source(files, form, self.cache_dir(), salt, data_hash)
+        copy = perturb_source(files, form, self.cache_dir(), salt, data_hash, moving)
         return backend.provision(copy), notes_of(copy)
 
     def teardown(self) -> None:
@@ -328,6 +390,8 @@ class Probes:
             warming, self._warming = list(self._warming.values()), {}
         for thread in warming:
             thread.join()
-        for group in self._probes.drain():
+        with self._warming_lock:
+            variants, self._variants = self._variants, []
+        for group in [*self._probes.drain(), variants]:
             for probe in group:
                 probe.close()

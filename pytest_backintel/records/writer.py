@@ -269,5 +269,6 @@ def unguarded_lines(records: list[dict[str, Any]]) -> list[str]:
     why = sorted({str(r["probe_unguarded"]) for r in found})
     return [
         f"backintel: UNGUARDED: {len(found)} trial(s) whose evidence was not checked against "
-        f"moved data (the check query failed on a data probe): {'; '.join(why)}"
+        f"moved data (the check query failed on a data probe, or no probe moved the answer): "
+        f"{'; '.join(why)}"
     ]

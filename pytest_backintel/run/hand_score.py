@@ -20,7 +20,8 @@ from pytest_backintel.collect.user_data import world_for
 from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
 from pytest_backintel.evidence.item_python import evidence_runner
 from pytest_backintel.evidence.prediction import CHECKS, Check, permutation_run, shuffled_copy
-from pytest_backintel.evidence.probe import Probes
+from pytest_backintel.evidence.probe import DataProbe, Probes, scenario_key
+from pytest_backintel.evidence.probe_moves import moving_probes
 from pytest_backintel.evidence.query_channel import SessionSource
 from pytest_backintel.evidence.reexecute import EvidenceResult, reexecute
 from pytest_backintel.run.cleanup import remove_folder
@@ -101,20 +102,28 @@ class HandScorer:
             self._stores[key] = backend.provision(files)
         return self._stores[key], backend.dialect
 
+    def probes_for(self, scenario: Scenario, manifest: Path | None = None) -> list[DataProbe]:
+        """The scenario's data probes, those that move its answer included (`probe_moves`)."""
+        spec = store_spec(scenario, self.default_store)
+        files, data_hash = self.dataset(scenario)
+        backend = backend_for(self.backends, scenario, self.default_store)
+        args = (spec, backend, files, self._python, data_hash, scenario)
+        return moving_probes(self.probes, *args, lambda: self.reference(scenario, manifest))
+
+    def unmoved(self, scenario: Scenario) -> str | None:
+        """Why no data probe moves the scenario's answer, if none does."""
+        probes = self.probes_for(scenario)
+        return next((w for p in probes if (w := p.still.get(scenario_key(scenario)))), None)
+
     def score(
         self, scenario: Scenario, output: AnalystAnswer | Refusal, manifest: Path | None = None
     ) -> tuple[TrialScore, list[EvidenceResult]]:
         """Re-execute the evidence of `output` and score it against the reference."""
         evidence: list[EvidenceResult] = []
         if isinstance(output, AnalystAnswer):
-            spec = store_spec(scenario, self.default_store)
             store, _ = self.store(scenario)
-            files, data_hash = self.dataset(scenario)
-            backend = backend_for(self.backends, scenario, self.default_store)
             probes = (  # a prediction's program is checked on permuted labels instead
-                self.probes.get(spec, backend, files, self._python, data_hash)
-                if scenario.prediction is None
-                else []
+                self.probes_for(scenario, manifest) if scenario.prediction is None else []
             )
             evidence = reexecute(
                 output, scenario, store, self._python(store.mount_path, store.connect), probes

@@ -21,6 +21,7 @@ from pytest_backintel.collect.worlds import World, data_dir
 from pytest_backintel.evidence.item_python import ItemPython, evidence_runner
 from pytest_backintel.evidence.prediction import Check, shuffled_copy
 from pytest_backintel.evidence.probe import DataProbe, Probes
+from pytest_backintel.evidence.probe_moves import moving_probes
 from pytest_backintel.options import BenchOptions, read_options
 from pytest_backintel.records import run_folder
 from pytest_backintel.records.live import LIVE
@@ -170,17 +171,27 @@ class SessionData:
         return backend.provision(item_files(self.dataset(scenario)[0], scenario.scope, backend))
 
     def probes_for(
-        self, scenario: Scenario, with_python: bool, *, warm: bool = False
+        self,
+        scenario: Scenario,
+        with_python: bool,
+        *,
+        warm: bool = False,
+        reference: Callable[[], Mapping[str, Any]] | None = None,
     ) -> list[DataProbe]:
         """The data probes of the scenario's dataset on its backend (built once, shared by
-        concurrent trials); `warm` only starts building them in the background."""
+        concurrent trials), with those that move its `reference` answer where the usual ones
+        leave it (`probe_moves`); `warm` only starts building them in the background."""
         python = evidence_runner(lambda: self.sandboxes) if with_python else None
         spec, (files, data_hash) = store_spec(scenario, self.options.store), self.dataset(scenario)
         if warm:
             store, after = self.store_for(scenario), self.model_called.wait
             self.probes.warm(spec, store, files, python, data_hash, after)
             return []
-        return self.probes.get(spec, self.store_for(scenario), files, python, data_hash)
+        backend = self.store_for(scenario)
+        if reference is None:
+            return self.probes.get(spec, backend, files, python, data_hash)
+        args = (spec, backend, files, python, data_hash, scenario, reference)
+        return moving_probes(self.probes, *args)
 
     def permuted_python(
         self, scenario: Scenario, check: Check = "labels"

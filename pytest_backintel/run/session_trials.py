@@ -93,7 +93,9 @@ class SessionTrials(SessionData):
                 dialect=self.store_for(item.scenario).dialect,
                 verify_data=lambda: self.verify_data(scenario),
                 case_key=key,
-                probes=lambda: self.probes_for(scenario, python is not None),
+                probes=lambda: self.probes_for(
+                    scenario, python is not None, reference=lambda: self.reference(item)
+                ),
                 permuted=lambda check: (
                     self.permuted_python(scenario, check) if python is not None else None
                 ),

@@ -20,7 +20,9 @@ A table whose rows cannot be dropped is named in the notes, with why.
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -37,6 +39,7 @@ from stores.probe import TablePlan
 __all__ = [
     "DONE_FILE",
     "MIN_ROWS",
+    "MOVING_ONE_IN",
     "PERTURB_VERSION",
     "Catalog",
     "Plans",
@@ -45,6 +48,7 @@ __all__ = [
     "build_once",
     "id_like",
     "key_names",
+    "moving_plans",
     "plan_tables",
     "write_done",
 ]
@@ -55,11 +59,14 @@ _NO_KEY = (
     "no foreign key to a table that has one"
 )
 
-PERTURB_VERSION = 6
+PERTURB_VERSION = 7
 """Bumped whenever the transformation changes, so old copies are never reused."""
 
 
 MIN_ROWS = 4
+
+MOVING_ONE_IN = 2
+"""A probe that must move an answer drops one row in this many (`moving_plans`)."""
 
 
 DONE_FILE = "perturbed.json"
@@ -227,7 +234,7 @@ def _plans(
             owner = entity.get(name)
             if owner and owner[0] != table and (table, (col,)) not in linked:
                 edges.append((table, [col], owner[0], [owner[1]]))
-    plans = {t: TablePlan(columns=list(types[t])) for t in tables}
+    plans = {t: TablePlan(columns=list(types[t]), types=dict(types[t])) for t in tables}
     for child, cols, parent, pcols in _acyclic(edges):
         plans[child].parents.append((cols, parent, pcols))
     notes = []
@@ -253,3 +260,31 @@ def _plans(
         )
         notes.append(f"table {table!r} keeps every row: {why}; {moved}")
     return plans, notes
+
+
+_INTEGER = re.compile(r"U?(TINY|SMALL|MEDIUM|BIG|HUGE)?INT(EGER)?\d*|INT\d+", re.IGNORECASE)
+_TEXT = re.compile(r".*(CHAR|TEXT|STRING|CLOB).*", re.IGNORECASE)
+
+
+def moving_plans(plans: dict[str, TablePlan], exclude: tuple[str, ...]) -> dict[str, TablePlan]:
+    """The plans of a probe that must move an answer the usual probes leave in place: every
+    table drops rows (a small one or one with no key by a hash of the whole row), integer
+    columns that are no key grow (`TablePlan.shift`) and rows holding one of the `exclude`
+    values in a text column are dropped, their dependants with them."""
+    out = copy.deepcopy(plans)
+    for plan in out.values():
+        if not plan.key and not plan.parents:
+            plan.key = list(plan.columns)
+        fixed = {c for cols, _, _ in plan.parents for c in cols}
+        if plan.key != plan.columns:
+            fixed |= set(plan.key)
+        typed = plan.types
+        plan.shift = [
+            c
+            for c in plan.columns
+            if c not in fixed and not id_like(c) and _INTEGER.fullmatch(typed.get(c, "").strip())
+        ]
+        texts = [c for c in plan.columns if _TEXT.fullmatch(typed.get(c, ""))]
+        plan.exclude = [(c, value) for c in texts for value in exclude]
+        plan.one_in = MOVING_ONE_IN
+    return out

@@ -17,7 +17,7 @@ import contextlib
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import duckdb
@@ -55,8 +55,6 @@ PLAN_MEMORY = "128MB"
 @dataclass
 class TypedTablePlan(TablePlan):
     """A table's plan and its column types, which a DuckDB view needs to keep them."""
-
-    types: dict[str, str] = field(default_factory=dict)
 
 
 class DuckDBCatalog(SqlCatalog):

@@ -36,7 +36,7 @@ from stores.base import StoreError
 from stores.duckdb.reading import DuckDBSource, lock_down, open_attached, open_source
 from stores.engine.common import BASE_CONFIG, DuckDBSession, quote_ident, quote_literal
 from stores.engine.process import IsolatedSession
-from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore
+from stores.probe import TablePlan, ViewProbeStore, shift_factor
 
 __all__ = [
     "DuckDBProbeStore",
@@ -84,12 +84,19 @@ def view_statements(
             if column in plan.scale and scalable(sql_type):
                 n += 1
                 select.append(_scaled(column, sql_type, n, salt))
+            elif column in plan.shift and sql_type:
+                c, k = quote_ident(column), shift_factor(salt)
+                grown = f"{c} + (CAST({c} AS HUGEINT) * {k}) // 16"
+                select.append(f"COALESCE(TRY_CAST({grown} AS {sql_type}), {c}) AS {c}")
             else:
                 select.append(quote_ident(column))
         where = []
         if plan.key:
             keys = ", ".join(quote_ident(c) for c in plan.key)
-            where.append(f"hash({salt}, {keys}) % {DROP_ONE_IN} <> 0")
+            where.append(f"hash({salt}, {keys}) % {plan.one_in} <> 0")
+        for col, value in plan.exclude:
+            c = f"bi_t.{quote_ident(col)}"
+            where.append(f"({c} IS NULL OR {c} <> {quote_literal(value)})")
         for cols, parent, pcols in plan.parents:
             nulls = " OR ".join(f"bi_t.{quote_ident(c)} IS NULL" for c in cols)
             pairs = []

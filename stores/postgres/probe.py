@@ -45,7 +45,7 @@ from stores.postgres.plans import postgres_scans
 from stores.postgres.policy import outside_functions, refused_builtin, view_calls
 from stores.postgres.session import PostgresSession
 from stores.postgres.source import ProvisionedPostgresSource
-from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore
+from stores.probe import TablePlan, ViewProbeStore, shift_factor
 
 __all__ = ["PostgresProbeSession", "PostgresProbeStore", "view_statements"]
 
@@ -92,11 +92,12 @@ def _scaled(column: str, kind: str, n: int, salt: int) -> str:
     return f"{expr} AS {c}"
 
 
-def _kept(alias: str, key: list[str], salt: int) -> str:
-    """Whether the row keyed by `key` (columns of `alias`) is kept: its hash's bucket."""
+def _kept(alias: str, key: list[str], salt: int, one_in: int) -> str:
+    """Whether the row keyed by `key` (columns of `alias`) is kept: its hash's bucket (one
+    row in `one_in` goes)."""
     cols = [f"{alias}.{ident(c)}" for c in key]
     keyed = cols[0] if len(cols) == 1 else f"ROW({', '.join(cols)})"
-    return f"(hashtextextended({keyed}::text, {salt}) & {DROP_ONE_IN - 1}) <> 0"
+    return f"(hashtextextended({keyed}::text, {salt}) & {one_in - 1}) <> 0"
 
 
 def _root_key(
@@ -116,6 +117,7 @@ def _root_key(
     return (
         mine is not None
         and not mine.parents
+        and not mine.exclude
         and mine.key == pcols
         and all(types[table].get(c) == theirs.get(p) for c, p in zip(cols, pcols, strict=True))
     )
@@ -135,15 +137,23 @@ def view_statements(
             if column in plan.scale:
                 n += 1
                 select.append(_scaled(column, types[table][column], n, salt))
+            elif column in plan.shift:
+                c, k = ident(column), shift_factor(salt)
+                grown = f"{c} + trunc({c}::numeric * {k} / 16)"
+                select.append(f"({grown})::{types[table][column]} AS {c}")
             else:
                 select.append(ident(column))
         where = []
         if plan.key:
-            where.append(_kept(alias, plan.key, salt))
+            where.append(_kept(alias, plan.key, salt, plan.one_in))
+        for col, value in plan.exclude:
+            c = f"{alias}.{ident(col)}"
+            where.append(f"({c} IS NULL OR {c} <> {_literal(value)})")
         for cols_, parent, pcols in plan.parents:
             nulls = " OR ".join(f"{alias}.{ident(c)} IS NULL" for c in cols_)
             if _root_key(plans, types, table, cols_, parent, pcols):
-                where.append(f"({nulls} OR {_kept(alias, cols_, salt)})")
+                one_in = plans[parent].one_in
+                where.append(f"({nulls} OR {_kept(alias, cols_, salt, one_in)})")
                 continue
             match = " AND ".join(
                 f"{token}_p.{ident(p)} = {alias}.{ident(c)}"
@@ -159,6 +169,10 @@ def view_statements(
             + (f" WHERE {' AND '.join(where)}" if where else "")
         )
     return statements
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _past(relation: str, where: str) -> str:

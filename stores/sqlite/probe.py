@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from stores.base import StoreError
 from stores.common.sqlite_file import columns_read
-from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore
+from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore, shift_factor
 from stores.sqlite.build import quote_ident
 from stores.sqlite.session import SQLiteSession
 
@@ -61,7 +61,7 @@ def _mixed(terms: list[str], salt: int) -> str:
     return f"(((({h}) * ({h}) + {salt * 104729}) % {_P}) >> 11)"
 
 
-def keep_sql(columns: list[str], salt: int) -> str:
+def keep_sql(columns: list[str], salt: int, one_in: int = DROP_ONE_IN) -> str:
     """SQL that is true for a row to keep and false for one of the `DROP_ONE_IN` dropped,
     in SQLite's own arithmetic (an integer key costs a few opcodes, no Python call); a key
     value of another type goes through `bi_hash`."""
@@ -72,7 +72,11 @@ def keep_sql(columns: list[str], salt: int) -> str:
             f"CASE WHEN typeof({c}) = 'integer' THEN (({c} % {_P}) + {_P}) % {_P} "
             f"ELSE bi_hash({c}) END"
         )
-    return f"({_mixed(terms, salt)} % {DROP_ONE_IN} != 0)"
+    return f"({_mixed(terms, salt)} % {one_in} != 0)"
+
+
+def _lit(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _scaled(column: str, n: int, salt: int) -> str:
@@ -96,11 +100,20 @@ def view_statements(plans: dict[str, TablePlan], salt: int, source: str = "main"
             if column in plan.scale:
                 n += 1
                 select.append(_scaled(column, n, salt))
+            elif column in plan.shift:
+                c, k = quote_ident(column), shift_factor(salt)
+                select.append(
+                    f"CASE WHEN typeof({c}) = 'integer' THEN {c} + ({c} * {k}) / 16 "
+                    f"ELSE {c} END AS {c}"
+                )
             else:
                 select.append(quote_ident(column))
         where = []
         if plan.key:
-            where.append(keep_sql(plan.key, salt))
+            where.append(keep_sql(plan.key, salt, plan.one_in))
+        where += [
+            f"({quote_ident(c)} IS NULL OR {quote_ident(c)} <> {_lit(v)})" for c, v in plan.exclude
+        ]
         for cols, parent, pcols in plan.parents:
             nulls = " OR ".join(f"{quote_ident(c)} IS NULL" for c in cols)
             match = " AND ".join(
