@@ -127,6 +127,21 @@ def _reseed(seed: int) -> None:
         sys.modules["numpy.random"].seed(seed)
 
 
+def _apply_rlimits(rlimits: dict[str, list[int]]) -> None:
+    """The run's rlimits, with the memory the zygote had mapped before the fork (the
+    preloaded modules, which are the harness's) not counted against RLIMIT_DATA and RLIMIT_AS."""
+    held = {}
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("VmData", "VmSize"):
+                held[key] = int(value.split()[0]) * 1024
+    extra = {"RLIMIT_DATA": held.get("VmData", 0), "RLIMIT_AS": held.get("VmSize", 0)}
+    for name, (soft, hard) in rlimits.items():
+        more = extra.get(name, 0)
+        resource.setrlimit(getattr(resource, name), (soft + more, hard + more))
+
+
 def _child(request: dict[str, Any], fds: list[int], seed: int) -> NoReturn:
     """Set up the child's descriptors, store, environment and limits, then run its code."""
     try:
@@ -151,8 +166,7 @@ def _child(request: dict[str, Any], fds: list[int], seed: int) -> NoReturn:
         _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _seccomp()
-        for name, (soft, hard) in request["rlimits"].items():
-            resource.setrlimit(getattr(resource, name), (soft, hard))
+        _apply_rlimits(request["rlimits"])
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
         _reseed(seed)
     except BaseException as exc:

@@ -11,7 +11,9 @@ run on one copy of the data cannot reach another copy. Runs take turns; after ea
 kills every other process of the sandbox, removes SysV IPC objects and empties every writable
 folder before it forks the next (`_zygote.py` says how). Limits are those of a fresh run: the
 rlimits in the child, the cgroup's totals counted from the run's start, wall time, output and
-disk watched by the host (`_process.watch`). A run the host stops for a limit takes the whole
+disk watched by the host (`_process.watch`); what the zygote holds of the preloaded modules is
+the harness's, not counted against a run's memory (in a fresh run a program that imports them
+pays for them). A run the host stops for a limit takes the whole
 zygote with it; a dead or wedged zygote is replaced.
 
 `forked_run` returns None when it cannot run the code (another backend, no writable cgroup, a
@@ -80,6 +82,8 @@ PRELOAD = (
 STORE_MB = 512
 """The largest store file a zygote run copies in; a larger one runs in a fresh sandbox."""
 _START_S = 180.0
+_PRELOAD_MB = 1024
+"""Room the zygote has to preload in, beyond a run's memory limit."""
 _DONE_S = 10.0
 _MB = 1024 * 1024
 
@@ -129,7 +133,7 @@ class Zygote:
         return self._failures < 2
 
     def _start(self) -> None:
-        group = RunCgroup.create(self.limits.max_processes, self.limits.memory_mb)
+        group = RunCgroup.create(self.limits.max_processes + 16, self.limits.memory_mb + _PRELOAD_MB)
         if group is None:
             raise SandboxError("no writable cgroup for the zygote")
         host, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -160,6 +164,7 @@ class Zygote:
             why = hello.get("problem") or (self._folder / "stderr.txt").read_text()[-500:]
             self.kill()
             raise SandboxError(f"the zygote did not start: {why}")
+        _leave_out_the_zygote(group, self.limits)
 
     def kill(self) -> None:
         """End the zygote and everything in it; the next run starts a new one."""
@@ -317,6 +322,23 @@ class _Relay:
             self.host.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout=5)
         self.host.close()
+
+
+def _leave_out_the_zygote(group: RunCgroup, limits: Limits) -> None:
+    """Cap the cgroup at a run's limits plus what the zygote holds once it has preloaded (its
+    memory and its threads are the harness's): as a fresh run, whose tree starts with bwrap,
+    its init and the launcher, which the zygote stands for."""
+    memory = group.paths.get("memory")
+    name = "memory.current" if group.version == 2 else "memory.usage_in_bytes"
+    resident = 0
+    with contextlib.suppress(OSError, ValueError):
+        if memory is not None:
+            resident = -(-int((memory / name).read_text()) // _MB)
+    group._limit_memory(limits.memory_mb + resident)
+    pids = group.paths["pids"]
+    with contextlib.suppress(OSError, ValueError):
+        tasks = int((pids / "pids.current").read_text())
+        (pids / "pids.max").write_text(str(limits.max_processes + max(0, tasks - 3)))
 
 
 def _recv_exact(sock: socket.socket, size: int) -> bytes:
