@@ -100,7 +100,8 @@ found = [
     for name in os.listdir(folder)
 ]
 libc = ctypes.CDLL(None, use_errno=True)
-others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]
+mine = (1, os.getpid(), os.getppid())
+others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in mine]
 print(json.dumps({
     "files": found,
     "shm": libc.shmget(0x5EC2E7, 0, 0) >= 0,
@@ -219,9 +220,13 @@ def test_limits_are_recorded_as_a_fresh_sandbox_records_them(
     forked = _forked(bwrap, code)
     with bwrap.open(None) as sandbox:
         fresh = sandbox.exec(code)
-    assert (forked.limit_hit, forked.limit) == (fresh.limit_hit, fresh.limit) == (
-        limit,
-        LIMITS.describe(limit),  # type: ignore[arg-type]
+    assert (
+        (forked.limit_hit, forked.limit)
+        == (fresh.limit_hit, fresh.limit)
+        == (
+            limit,
+            LIMITS.describe(limit),  # type: ignore[arg-type]
+        )
     )
     assert _printed(_forked(bwrap, "print('{\"after\": 1}')")) == {"after": 1}
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import contextlib
 import ctypes
 import json
 import os
@@ -102,7 +103,7 @@ def _run_code(code: str) -> int:
     sys.modules["__main__"] = main
     sys.argv = ["-c"]
     try:
-        exec(compile(code, "<string>", "exec", dont_inherit=True), main.__dict__)  # noqa: S102
+        exec(compile(code, "<string>", "exec", dont_inherit=True), main.__dict__)
         rc = 0
     except SystemExit as exc:
         rc = _exit_code(exc)
@@ -183,10 +184,8 @@ def _others() -> list[int]:
 
 def _kill_others() -> None:
     for _ in range(1000):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         while True:
             try:
                 if os.waitpid(-1, os.WNOHANG)[0] == 0:
@@ -200,15 +199,17 @@ def _kill_others() -> None:
 
 def _remove_ipc() -> None:
     """Remove every SysV shared memory segment, semaphore set and message queue."""
-    for table, remove in (
-        ("shm", lambda i: _libc.shmctl(i, 0, None)),
-        ("sem", lambda i: _libc.semctl(i, 0, 0)),
-        ("msg", lambda i: _libc.msgctl(i, 0, None)),
-    ):
+    for table in ("shm", "sem", "msg"):
         with open(f"/proc/sysvipc/{table}", encoding="ascii") as fh:
             rows = fh.read().splitlines()[1:]
         for row in rows:
-            remove(int(row.split()[1]))
+            ident = int(row.split()[1])
+            if table == "shm":
+                _libc.shmctl(ident, 0, None)  # IPC_RMID
+            elif table == "sem":
+                _libc.semctl(ident, 0, 0)
+            else:
+                _libc.msgctl(ident, 0, None)
 
 
 def _wipe(modes: dict[str, int]) -> None:
@@ -286,10 +287,8 @@ def main() -> None:
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     problem = "" if os.uname().machine in _DENIED else f"no seccomp table for {os.uname().machine}"
     for name in spec["preload"]:
-        try:
+        with contextlib.suppress(Exception):  # a library missing is the program's to find
             __import__(name)
-        except Exception:  # noqa: S110 - a library that is missing is the program's to find
-            pass
     if threading.active_count() > 1 or _unsafe_threads():
         problem = f"the preloaded modules started threads a fork would lose: {_unsafe_threads()}"
     modes = {folder: stat.S_IMODE(os.stat(folder).st_mode) for folder in WRITABLE}

@@ -31,7 +31,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, runtime_checkable
 
 from pytest_backintel.sandbox._process import (
     _JOIN,
@@ -54,10 +54,22 @@ from pytest_backintel.sandbox.limits import Limits
 from pytest_backintel.sandbox.seed import SANDBOX_SEED
 from pytest_backintel.sandbox.workspace_tmpfs import TmpfsWorkspace
 
-if TYPE_CHECKING:
-    from pytest_backintel.sandbox.bwrap import BwrapProvider
 
-__all__ = ["PRELOAD", "ZYGOTE_ENV", "Zygote", "close_zygotes", "forked_run"]
+
+@runtime_checkable
+class ZygoteHost(Protocol):
+    """The provider a zygote runs under (`BwrapProvider`)."""
+
+    session_dir: Path
+    cgroup_mode: bool
+
+    def zygote_argv(self, limits: Limits, *, store_mb: int, spec: dict[str, Any]) -> list[str]: ...
+
+    def _mount(self, store_mount: Path | None) -> Path | None: ...
+
+    def _channel(self, channel: Path | None) -> Path | None: ...
+
+__all__ = ["PRELOAD", "ZYGOTE_ENV", "Zygote", "ZygoteHost", "close_zygotes", "forked_run"]
 
 ZYGOTE_ENV = "BACKINTEL_ZYGOTE"
 """Set to 0 to run every Python evidence re-run in a fresh sandbox."""
@@ -117,7 +129,7 @@ class _Workspace(TmpfsWorkspace):
 class Zygote:
     """One zygote sandbox for one set of limits, started on first use, replaced when it dies."""
 
-    def __init__(self, provider: BwrapProvider, limits: Limits) -> None:
+    def __init__(self, provider: ZygoteHost, limits: Limits) -> None:
         self.provider = provider
         self.limits = limits
         self.lock = threading.Lock()
@@ -133,7 +145,9 @@ class Zygote:
         return self._failures < 2
 
     def _start(self) -> None:
-        group = RunCgroup.create(self.limits.max_processes + 16, self.limits.memory_mb + _PRELOAD_MB)
+        group = RunCgroup.create(
+            self.limits.max_processes + 16, self.limits.memory_mb + _PRELOAD_MB
+        )
         if group is None:
             raise SandboxError("no writable cgroup for the zygote")
         host, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -207,7 +221,9 @@ class Zygote:
         return None
 
     def _run_once(self, code: str, store: Path | None, channel: Path | None) -> ExecResult | None:
-        assert self._control is not None and self._cgroup is not None and self._proc is not None
+        assert self._control is not None
+        assert self._cgroup is not None
+        assert self._proc is not None
         limits = self.limits
         pipes = [os.pipe() for _ in range(3)]
         code_fd = os.memfd_create("code")
@@ -355,9 +371,7 @@ def forked_run(
     provider: object, store: Path | None, code: str, limits: Limits, channel: Path | None
 ) -> ExecResult | None:
     """`code` run by `provider`'s zygote for `limits`; None when it cannot (see the module)."""
-    from pytest_backintel.sandbox.bwrap import BwrapProvider
-
-    if os.environ.get(ZYGOTE_ENV, "1") == "0" or not isinstance(provider, BwrapProvider):
+    if os.environ.get(ZYGOTE_ENV, "1") == "0" or not isinstance(provider, ZygoteHost):
         return None
     if not provider.cgroup_mode or os.uname().machine not in ("x86_64", "aarch64"):
         return None

@@ -8,7 +8,8 @@ its requests and its own `run_python`), and the harness's time, the rest. Printe
 scenario and in total, harness ÷ analyst before and after. The target is after ≤ 1.0. Nothing
 is asserted but that every trial passed (a ratio of failing trials would mean nothing).
 
-    BACKINTEL_BENCHMARKS=1 uv run pytest -p no:xdist -s tests/benchmarks/test_bench_prediction_trial.py
+    BACKINTEL_BENCHMARKS=1 uv run pytest -p no:xdist -s \\
+        tests/benchmarks/test_bench_prediction_trial.py
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _run(results: Path, run_id: str, zygote: bool) -> tuple[dict[str, tuple[floa
         trace = json.loads(line)
         if trace.get("scenario_id") in latency and "duration_s" in trace:
             spans[trace["scenario_id"]] = float(trace["duration_s"])
-    assert len(latency) == 8 and spans.keys() == latency.keys(), (latency, spans)
+    assert len(latency) == 8, latency
+    assert spans.keys() == latency.keys(), (latency, spans)
     return {s: (spans[s], latency[s]) for s in sorted(latency)}, wall
 
 
