@@ -55,7 +55,6 @@ from pytest_backintel.sandbox.seed import SANDBOX_SEED
 from pytest_backintel.sandbox.workspace_tmpfs import TmpfsWorkspace
 
 
-
 @runtime_checkable
 class ZygoteHost(Protocol):
     """The provider a zygote runs under (`BwrapProvider`)."""
@@ -68,6 +67,7 @@ class ZygoteHost(Protocol):
     def _mount(self, store_mount: Path | None) -> Path | None: ...
 
     def _channel(self, channel: Path | None) -> Path | None: ...
+
 
 __all__ = ["PRELOAD", "ZYGOTE_ENV", "Zygote", "ZygoteHost", "close_zygotes", "forked_run"]
 
