@@ -264,3 +264,14 @@ def test_evidence_output_is_the_same_forked_or_fresh(
 def test_other_backends_run_fresh_sandboxes(tmp_path: Path) -> None:
     with SubprocessProvider(tmp_path, limits=LIMITS) as provider:
         assert forked_run(provider, None, "print(1)", LIMITS, None) is None
+
+
+def test_a_run_that_stops_the_zygote_is_recorded_and_the_next_gets_a_new_one(
+    bwrap: BwrapProvider,
+) -> None:
+    """A wedged zygote never reports the end: the run meets its wall time, as a fresh sandbox's
+    run that stops its launcher does, and the zygote is replaced."""
+    code = "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)"
+    stopped = _forked(bwrap, code)
+    assert stopped.limit_hit == "wall_time"
+    assert _printed(_forked(bwrap, "print('{\"after\": 3}')")) == {"after": 3}

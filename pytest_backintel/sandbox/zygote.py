@@ -253,12 +253,11 @@ class Zygote:
             socket.send_fds(self._control, [json.dumps(request).encode()], passed)
         except OSError:
             self.kill()
-            return None
         finally:
             for fd in passed:
                 os.close(fd)
             if relay is not None:
-                relay.start()
+                relay.start()  # closed below, whether the request was sent or not
         (out, _), (err, _), (status_read, _) = pipes
         streams = {out: OutputBuffer(limits.max_output_bytes)}
         streams[err] = OutputBuffer(limits.max_output_bytes)
@@ -295,7 +294,8 @@ class Zygote:
 
     def _cleaned(self) -> bool:
         """Whether the zygote reports the sandbox clean again in time."""
-        assert self._control is not None
+        if self._control is None:  # the request could not be sent
+            return False
         self._control.settimeout(_DONE_S)
         try:
             return json.loads(self._control.recv(1 << 16) or b"{}").get("done") is True

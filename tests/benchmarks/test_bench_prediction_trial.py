@@ -3,8 +3,9 @@ scenarios (`pytest -m "development and prediction"`) run twice in the same sessi
 Python evidence re-run (on the source, on the label-permuted copy and on the shuffled-features
 copy) in a fresh sandbox (`BACKINTEL_ZYGOTE=0`, the path before) and forked from the zygote.
 
-Per trial: its span (the trial's trace `duration_s`), the analyst's own time (`latency_s`:
-its requests and its own `run_python`), and the harness's time, the rest. Printed: per
+Per trial: its span (the `backintel trial` span's `duration_s` in traces.jsonl), the
+analyst's own time (`latency_s`: its requests and its own `run_python`), and the harness's
+time, the rest. Printed: per
 scenario and in total, harness ÷ analyst before and after. The target is after ≤ 1.0. Nothing
 is asserted but that every trial passed (a ratio of failing trials would mean nothing).
 
@@ -46,8 +47,9 @@ def _run(results: Path, run_id: str, zygote: bool) -> tuple[dict[str, tuple[floa
     spans = {}
     for line in (folder / "traces.jsonl").read_text().splitlines():
         trace = json.loads(line)
-        if trace.get("scenario_id") in latency and "duration_s" in trace:
-            spans[trace["scenario_id"]] = float(trace["duration_s"])
+        name = str(trace.get("name", ""))
+        if trace.get("parent") is None and name.startswith("backintel trial "):
+            spans[name.removeprefix("backintel trial ").partition("/")[0]] = trace["duration_s"]
     assert len(latency) == 8, latency
     assert spans.keys() == latency.keys(), (latency, spans)
     return {s: (spans[s], latency[s]) for s in sorted(latency)}, wall
