@@ -17,8 +17,9 @@ pays for them). A run the host stops for a limit takes the whole
 zygote with it; a dead or wedged zygote is replaced.
 
 `forked_run` returns None when it cannot run the code (another backend, no writable cgroup, a
-store that is a folder or too large, the zygote busy with another trial's run, or unable to
-start), and the caller runs it in a fresh sandbox as before. `BACKINTEL_ZYGOTE=0` turns it off.
+store that is a folder or too large, the zygote busy with other trials' runs for `_WAIT_S`, or
+unable to start), and the caller runs it in a fresh sandbox as before. `warm` starts it in the
+background when the analyst's first `run_python` runs. `BACKINTEL_ZYGOTE=0` turns it off.
 """
 
 from __future__ import annotations
@@ -42,17 +43,13 @@ from pytest_backintel.sandbox._process import (
     watch,
 )
 from pytest_backintel.sandbox._shipped import isolated_env
-from pytest_backintel.sandbox.backintel_store import (
-    MAX_REQUEST_BYTES,
-    QUERY_FD_ENV,
-    recv_frame,
-    send_frame,
-)
+from pytest_backintel.sandbox.backintel_store import QUERY_FD_ENV
 from pytest_backintel.sandbox.base import WORKSPACE, ExecResult, SandboxError
 from pytest_backintel.sandbox.cgroup import RunCgroup
 from pytest_backintel.sandbox.limits import Limits
 from pytest_backintel.sandbox.seed import SANDBOX_SEED
 from pytest_backintel.sandbox.workspace_tmpfs import TmpfsWorkspace
+from pytest_backintel.sandbox.zygote_relay import ChannelRelay
 
 
 @runtime_checkable
@@ -69,26 +66,22 @@ class ZygoteHost(Protocol):
     def _channel(self, channel: Path | None) -> Path | None: ...
 
 
-__all__ = ["PRELOAD", "ZYGOTE_ENV", "Zygote", "ZygoteHost", "close_zygotes", "forked_run"]
+__all__ = [
+    "PRELOAD",
+    "ZYGOTE_ENV",
+    "Zygote",
+    "ZygoteHost",
+    "close_zygotes",
+    "forked_run",
+    "warm",
+]
 
 ZYGOTE_ENV = "BACKINTEL_ZYGOTE"
 """Set to 0 to run every Python evidence re-run in a fresh sandbox."""
 PRELOAD = (
-    "json",
-    "sqlite3",
-    "backintel_store",
-    "numpy",
-    "polars",
-    "pandas",
-    "scipy.stats",
-    "sklearn",
-    "sklearn.linear_model",
-    "sklearn.ensemble",
-    "sklearn.tree",
-    "sklearn.pipeline",
-    "sklearn.preprocessing",
-    "sklearn.model_selection",
-    "sklearn.metrics",
+    *("json", "sqlite3", "backintel_store", "numpy", "polars", "pandas", "scipy.stats"),
+    *("sklearn", "sklearn.linear_model", "sklearn.ensemble", "sklearn.tree", "sklearn.pipeline"),
+    *("sklearn.preprocessing", "sklearn.model_selection", "sklearn.metrics"),
 )
 """What the zygote imports once (a module that is not installed is skipped)."""
 STORE_MB = 512
@@ -97,6 +90,9 @@ _START_S = 180.0
 _PRELOAD_MB = 1024
 """Room the zygote has to preload in, beyond a run's memory limit."""
 _DONE_S = 10.0
+_WAIT_S = 5.0
+"""The longest a run waits for the zygote (another run, its start-up) before it runs fresh."""
+_MADE = threading.Lock()
 _MB = 1024 * 1024
 
 
@@ -232,7 +228,7 @@ class Zygote:
         passed = [w for _, w in pipes] + [code_fd]
         if store is not None:
             passed.append(os.open(store, os.O_RDONLY | os.O_CLOEXEC))
-        relay = _Relay(channel) if channel is not None else None
+        relay = ChannelRelay(channel) if channel is not None else None
         if relay is not None:
             passed.append(relay.inside.fileno())
         env = isolated_env(limits, store, channel)
@@ -303,43 +299,6 @@ class Zygote:
             return False
 
 
-class _Relay:
-    """The child's query channel: requests read from its end of a socket pair, each sent over a
-    new connection to the item's channel (its limits and session), the reply sent back."""
-
-    def __init__(self, folder: Path) -> None:
-        self.path = str(folder / "query.sock")
-        self.host, self.inside = socket.socketpair()
-        self._thread = threading.Thread(target=self._serve, name="backintel-zygote-relay")
-        self._thread.daemon = True
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _serve(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            while True:
-                header = _recv_exact(self.host, 4)
-                if not header:
-                    return
-                size = int.from_bytes(header, "big")
-                if size > MAX_REQUEST_BYTES:
-                    send_frame(self.host, {"ok": False, "kind": "BadRequest", "error": "too large"})
-                    return
-                body = _recv_exact(self.host, size)
-                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-                    conn.connect(self.path)
-                    conn.sendall(header + body)
-                    reply = recv_frame(conn)
-                send_frame(self.host, reply)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.host.shutdown(socket.SHUT_RDWR)
-        self._thread.join(timeout=5)
-        self.host.close()
-
-
 def _leave_out_the_zygote(group: RunCgroup, limits: Limits) -> None:
     """Cap the cgroup at a run's limits plus what the zygote holds once it has preloaded (its
     memory and its threads are the harness's): as a fresh run, whose tree starts with bwrap,
@@ -357,33 +316,48 @@ def _leave_out_the_zygote(group: RunCgroup, limits: Limits) -> None:
         (pids / "pids.max").write_text(str(limits.max_processes + max(0, tasks - 3)))
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            return b""
-        data += chunk
-    return data
+def _zygote(provider: object, limits: Limits) -> Zygote | None:
+    """`provider`'s zygote for `limits` (made on first use), or None where there is none."""
+    if os.environ.get(ZYGOTE_ENV, "1") == "0" or not isinstance(provider, ZygoteHost):
+        return None
+    if not provider.cgroup_mode or os.uname().machine not in ("x86_64", "aarch64"):
+        return None
+    zygotes: dict[Limits, Zygote] = provider.__dict__.setdefault("_zygotes", {})
+    with _MADE:
+        if limits not in zygotes:
+            zygotes[limits] = Zygote(provider, limits)
+        zygote = zygotes[limits]
+    return zygote if zygote.usable else None
+
+
+def warm(provider: object, limits: Limits) -> None:
+    """Start `provider`'s zygote in the background (the analyst's first `run_python` says that
+    Python evidence is likely to follow), so the first re-run need not wait for its start-up."""
+    zygote = _zygote(provider, limits)
+    if zygote is not None and zygote.lock.acquire(blocking=False):
+
+        def start() -> None:
+            try:
+                zygote._ready()
+            finally:
+                zygote.lock.release()
+
+        threading.Thread(target=start, name="backintel-zygote-warm", daemon=True).start()
 
 
 def forked_run(
     provider: object, store: Path | None, code: str, limits: Limits, channel: Path | None
 ) -> ExecResult | None:
     """`code` run by `provider`'s zygote for `limits`; None when it cannot (see the module)."""
-    if os.environ.get(ZYGOTE_ENV, "1") == "0" or not isinstance(provider, ZygoteHost):
+    zygote = _zygote(provider, limits)
+    if zygote is None:
         return None
-    if not provider.cgroup_mode or os.uname().machine not in ("x86_64", "aarch64"):
-        return None
+    assert isinstance(provider, ZygoteHost)
     store, channel = provider._mount(store), provider._channel(channel)
     if store is not None and (not store.is_file() or store.stat().st_size > STORE_MB * _MB):
         return None
-    zygotes: dict[Limits, Zygote] = provider.__dict__.setdefault("_zygotes", {})
-    zygote = zygotes.get(limits)
-    if zygote is None:
-        zygote = zygotes[limits] = Zygote(provider, limits)
-    if not zygote.usable or not zygote.lock.acquire(blocking=False):
-        return None  # a concurrent trial's run has it: a fresh sandbox does not wait
+    if not zygote.lock.acquire(timeout=_WAIT_S):
+        return None  # concurrent trials keep it busy: a fresh sandbox does not wait longer
     try:
         return zygote.run(code, store, channel)
     finally:
