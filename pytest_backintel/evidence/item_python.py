@@ -19,6 +19,7 @@ from pytest_backintel.evidence.reexecute import EvidenceRunError
 from pytest_backintel.sandbox import SandboxError
 from pytest_backintel.sandbox.base import Sandbox, SandboxProvider
 from pytest_backintel.sandbox.evidence import PythonEvidenceError, run_python_evidence
+from pytest_backintel.sandbox.zygote import warm
 from stores.base import StoreError
 
 __all__ = ["ItemPython", "evidence_runner"]
@@ -69,6 +70,7 @@ class ItemPython:
                     self._sandbox = self.provider.open(self.mount, channel=folder)
                 else:
                     self._sandbox = self.provider.open(self.mount)
+                warm(self.provider, self.provider.limits)  # Python evidence is likely to follow
             try:
                 output = self._sandbox.exec(code).to_text()
             finally:

@@ -16,7 +16,7 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ __all__ = [
     "run_launcher",
     "to_result",
     "truncate_marker",
+    "watch",
 ]
 
 _GRACE_S = 0.5
@@ -127,21 +128,9 @@ def run_launcher(
     assert proc.stdin is not None
     assert proc.stdout is not None
     assert proc.stderr is not None
-    pending = (code or "").encode("utf-8")
     streams = {proc.stdout.fileno(): OutputBuffer(limits.max_output_bytes)}
     streams[proc.stderr.fileno()] = OutputBuffer(limits.max_output_bytes)
-    status_buf = bytearray()
-    sel = selectors.DefaultSelector()
-    for fd in (*streams, status_read):
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
-    stdin_fd = proc.stdin.fileno()
-    os.set_blocking(stdin_fd, False)
-    sel.register(stdin_fd, selectors.EVENT_WRITE)
-    open_fds = {*streams, status_read}
-    deadline = start + limits.wall_time_s
-    killed_for: HostKill | None = None
-    grace = False
+    stdin = proc.stdin
 
     def kill() -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -149,51 +138,18 @@ def run_launcher(
         if cgroup is not None:
             cgroup.kill_all()
 
-    while open_fds:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            killed_for = None if grace else "wall_time"
-            break
-        for key, _ in sel.select(timeout=min(remaining, _POLL_S)):
-            fd = int(key.fd)
-            if fd == stdin_fd:
-                try:
-                    sent = os.write(fd, pending[:65536])
-                    pending = pending[sent:]
-                except (BrokenPipeError, BlockingIOError) as exc:
-                    if isinstance(exc, BrokenPipeError):
-                        pending = b""
-                if not pending:
-                    sel.unregister(fd)
-                    proc.stdin.close()
-                continue
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                sel.unregister(fd)
-                open_fds.discard(fd)
-            elif fd == status_read:
-                status_buf += chunk
-                if b"returncode" in status_buf:  # the payload ended: collect the rest, briefly
-                    deadline = min(deadline, time.monotonic() + _GRACE_S)
-                    grace = True
-            else:
-                streams[fd].feed(chunk)
-        if b'"held"' in status_buf:  # nothing inside can write any more: take what is left
-            _drain(streams)
-            break
-        if sum(s.total for s in streams.values()) > limits.output_kill_bytes:
-            killed_for = "output"
-            break
-        if (over := _over_a_total(cgroup, disk, limits)) is not None:
-            killed_for = over
-            break
+    killed_for, status_buf = watch(
+        streams,
+        status_read,
+        limits,
+        start=start,
+        cgroup=cgroup,
+        disk=disk,
+        stdin=(stdin.fileno(), (code or "").encode("utf-8"), stdin.close),
+    )
     if disk is not None and disk.finish() and killed_for is None:
         killed_for = "disk"  # a tmpfs workspace found full once the payload had ended
     kill()  # whatever is left of the tree: a timed-out payload, or daemons it left behind
-    sel.close()
     if not proc.stdin.closed:
         with contextlib.suppress(OSError):
             proc.stdin.close()
@@ -224,6 +180,78 @@ def run_launcher(
         launcher_started=started,
         workspace_lost=isinstance(disk, TmpfsWorkspace) and disk.lost,
     )
+
+
+def watch(
+    streams: dict[int, OutputBuffer],
+    status_read: int,
+    limits: Limits,
+    *,
+    start: float,
+    cgroup: RunCgroup | None,
+    disk: DiskWatch | TmpfsWorkspace | None,
+    stdin: tuple[int, bytes, Callable[[], None]] | None = None,
+) -> tuple[HostKill | None, bytearray]:
+    """Collect a run's output (`streams`: fd -> buffer) and its launcher's status until they
+    close, a limit is met (the host kill's name is returned) or the payload ended and its
+    output had `_GRACE_S` to arrive; `stdin`: (fd, bytes to write, closer) when there is one."""
+    status_buf = bytearray()
+    sel = selectors.DefaultSelector()
+    for fd in (*streams, status_read):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    pending = b""
+    if stdin is not None:
+        stdin_fd, pending, close_stdin = stdin
+        os.set_blocking(stdin_fd, False)
+        sel.register(stdin_fd, selectors.EVENT_WRITE)
+    open_fds = {*streams, status_read}
+    deadline = start + limits.wall_time_s
+    killed_for: HostKill | None = None
+    grace = False
+    while open_fds:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            killed_for = None if grace else "wall_time"
+            break
+        for key, _ in sel.select(timeout=min(remaining, _POLL_S)):
+            fd = int(key.fd)
+            if stdin is not None and fd == stdin_fd:
+                try:
+                    sent = os.write(fd, pending[:65536])
+                    pending = pending[sent:]
+                except (BrokenPipeError, BlockingIOError) as exc:
+                    if isinstance(exc, BrokenPipeError):
+                        pending = b""
+                if not pending:
+                    sel.unregister(fd)
+                    close_stdin()
+                continue
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                sel.unregister(fd)
+                open_fds.discard(fd)
+            elif fd == status_read:
+                status_buf += chunk
+                if b"returncode" in status_buf:  # the payload ended: collect the rest, briefly
+                    deadline = min(deadline, time.monotonic() + _GRACE_S)
+                    grace = True
+            else:
+                streams[fd].feed(chunk)
+        if b'"held"' in status_buf:  # nothing inside can write any more: take what is left
+            _drain(streams)
+            break
+        if sum(s.total for s in streams.values()) > limits.output_kill_bytes:
+            killed_for = "output"
+            break
+        if (over := _over_a_total(cgroup, disk, limits)) is not None:
+            killed_for = over
+            break
+    sel.close()
+    return killed_for, status_buf
 
 
 def run_confined(

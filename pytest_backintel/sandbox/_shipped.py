@@ -40,6 +40,7 @@ _SHIPPED = {
     "_launcher.py": "_launcher.py",
     "backintel_store.py": "backintel_store.py",
     "_seeding.py": "sitecustomize.py",
+    "_zygote.py": "_zygote.py",
 }
 """Package file -> its name in the sandbox's lib folder (first on PYTHONPATH)."""
 

@@ -60,6 +60,8 @@ __all__ = [
 
 QUERY_ENV = "BACKINTEL_QUERY"
 """The environment variable naming the query channel's socket (unset: no channel)."""
+QUERY_FD_ENV = "BACKINTEL_QUERY_FD"
+"""Set when the run was given its channel as a connected socket (this descriptor) instead."""
 MAX_REQUEST_BYTES = 1 << 20
 """The largest request the harness reads; a longer one is refused unread."""
 _MAX_REPLY_BYTES = 1 << 30
@@ -162,17 +164,32 @@ def _channel() -> str | None:
     return os.environ.get(QUERY_ENV) or None
 
 
+_held: list[socket.socket] = []
+
+
+def _exchange(path: str, message: dict[str, Any]) -> Any:
+    """Send one request and read its reply: over the connected socket the run was given
+    ($BACKINTEL_QUERY_FD, a run forked by the harness's zygote), else a new connection."""
+    fd = os.environ.get(QUERY_FD_ENV, "")
+    if fd.isdigit():
+        if not _held:
+            _held.append(socket.socket(fileno=int(fd)))
+        send_frame(_held[0], message)
+        return recv_frame(_held[0])
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(path)
+        send_frame(sock, message)
+        return recv_frame(sock)
+
+
 def _request(message: dict[str, Any]) -> dict[str, Any]:
     path = _channel()
     if path is None:
         raise RuntimeError(f"this sandbox has no query channel (${QUERY_ENV} is not set)")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(path)
-            send_frame(sock, message)
-            reply = recv_frame(sock)
-        except OSError as exc:
-            raise QueryError(f"the query channel failed: {exc}", "ChannelError") from exc
+    try:
+        reply = _exchange(path, message)
+    except OSError as exc:
+        raise QueryError(f"the query channel failed: {exc}", "ChannelError") from exc
     if not reply.get("ok"):
         raise QueryError(str(reply.get("error")), str(reply.get("kind", "QueryError")))
     return reply  # type: ignore[no-any-return]

@@ -36,6 +36,7 @@ from pytest_backintel.sandbox._shipped import (
 )
 from pytest_backintel.sandbox.base import (
     CHANNEL_DIR,
+    STORE_DIR,
     WORKSPACE,
     ExecResult,
     ProviderSandbox,
@@ -166,11 +167,7 @@ class BwrapProvider(SandboxProvider):
         `mounts` are further bwrap mount arguments, `env` further variables (an external
         agent's folder, sockets and question)."""
         mount = store_inside(store)
-        args = [self._exe, "--unshare-all", "--die-with-parent", "--new-session"]
-        args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox"]
-        args += ["--unshare-user", "--disable-userns"]
-        args += self._root_base()
-        args += ["--proc", "/proc"]
+        args = self._head()
         writable_args, workspace_spec = _writable_mounts(workspace, limits)
         args += writable_args
         if store is not None and mount is not None:
@@ -189,6 +186,34 @@ class BwrapProvider(SandboxProvider):
         spec.update(workspace_spec)
         launcher = [str(self._interpreter), "-I", "-S", f"{LIB_INSIDE}/_launcher.py"]
         return [*args, "--", *launcher, _json(spec)]
+
+    def _head(self) -> list[str]:
+        """bwrap with every namespace unshared, as the sandbox user, over the read-only root."""
+        args = [self._exe, "--unshare-all", "--die-with-parent", "--new-session"]
+        args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox"]
+        args += ["--unshare-user", "--disable-userns"]
+        return [*args, *self._root_base(), "--proc", "/proc"]
+
+    def zygote_argv(self, limits: Limits, *, store_mb: int, spec: dict[str, Any]) -> list[str]:
+        """The bwrap command line of a zygote (`_zygote.py`): as `argv`'s, but nothing mounted
+        beyond the root and empty tmpfs folders (/tmp, /dev/shm, the workspace, and the
+        store's folder for each run's private copy)."""
+        tmp = str(limits.tmp_size_mb * 1024 * 1024)
+        args = [*self._head(), "--dev", "/dev", "--remount-ro", "/dev"]
+        args += ["--size", tmp, "--tmpfs", "/dev/shm", "--size", tmp, "--tmpfs", "/tmp"]
+        args += ["--size", str(limits.disk_mb * 1024 * 1024), "--tmpfs", WORKSPACE]
+        args += ["--size", str(store_mb * 1024 * 1024), "--tmpfs", STORE_DIR]
+        args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
+        for key, value in sorted(isolated_env(limits, None).items()):
+            args += ["--setenv", key, value]
+        code = "import _zygote; _zygote.main()"
+        return [*args, "--", str(self._interpreter), "-s", "-c", code, _json(spec)]
+
+    def teardown_session(self) -> None:
+        from pytest_backintel.sandbox.zygote import close_zygotes
+
+        close_zygotes(self)
+        super().teardown_session()
 
     def run(
         self,

@@ -134,7 +134,11 @@ class RunCgroup:
 
     def limit_hit(self) -> bool:
         """Whether a fork was refused at `pids.max`."""
-        return _read_key(self.paths["pids"] / "pids.events", "max") > 0
+        return self.forks_refused() > 0
+
+    def forks_refused(self) -> int:
+        """How many forks were refused at `pids.max`."""
+        return _read_key(self.paths["pids"] / "pids.events", "max")
 
     def oom_kills(self) -> int:
         """Processes the kernel killed at the memory cap."""

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pytest_backintel.sandbox.base import ExecResult, SandboxProvider
 from pytest_backintel.sandbox.limits import Limits
+from pytest_backintel.sandbox.zygote import forked_run
 
 __all__ = [
     "PythonEvidenceError",
@@ -116,14 +117,18 @@ def run_python_evidence(
     workdir: Path | None = None,
     channel: Path | None = None,
 ) -> PythonEvidenceValues | PythonEvidenceError:
-    """Run `code` in a new sandbox over `store_mount` and the query channel in the `channel`
-    folder, when given (closed afterwards), and parse its output."""
-    if channel is not None:
-        opened = provider.open(store_mount, workdir, channel)
-    else:  # a provider of before the channel takes no `channel`
-        opened = provider.open(store_mount, workdir)
-    with opened as sandbox:
-        result = sandbox.exec(code, limits=limits)
+    """Run `code` in a new sandbox (or a zygote's fresh child, as isolated) over `store_mount`
+    and the query channel in the `channel` folder, when given, and parse its output."""
+    result = None
+    if workdir is None:  # a zygote's child, when the provider has one (`zygote.py`)
+        result = forked_run(provider, store_mount, code, limits or provider.limits, channel)
+    if result is None:
+        if channel is not None:
+            opened = provider.open(store_mount, workdir, channel)
+        else:  # a provider of before the channel takes no `channel`
+            opened = provider.open(store_mount, workdir)
+        with opened as sandbox:
+            result = sandbox.exec(code, limits=limits)
     if result.limit_hit is not None:
         return PythonEvidenceError("limit", f"stopped by the {result.limit_hit} limit", result)
     if result.returncode != 0:
