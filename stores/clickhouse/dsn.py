@@ -22,8 +22,8 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from stores.base import StoreError
-from stores.clickhouse.engine import quote
 from stores.clickhouse.http import HttpClient
+from stores.clickhouse.names import quote
 from stores.common.dsn import redact, without_password
 
 __all__ = [

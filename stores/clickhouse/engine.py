@@ -19,20 +19,13 @@ from typing import Any
 import pyarrow as pa
 
 from stores.base import StoreError
+from stores.clickhouse.names import literal, quote
 from stores.common.pyvalues import column_values
 
 __all__ = ["MEMORY_LIMIT", "Engine", "arrow", "cells", "clickhouse_type", "literal", "quote"]
 
 MEMORY_LIMIT = 256_000_000
 _INSTALL = "the clickhouse store needs chDB: run `uv add chdb`"
-
-
-def quote(name: str) -> str:
-    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
-
-
-def literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def clickhouse_type(t: pa.DataType, nullable: bool = True) -> str:

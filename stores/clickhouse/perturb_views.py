@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from stores.base import DatasetFiles, ProvisionedStore, Store
-from stores.clickhouse.engine import literal, quote
 from stores.clickhouse.http import HttpClient
+from stores.clickhouse.names import literal, quote
 from stores.clickhouse.probe import ClickHouseProbeStore
 from stores.clickhouse.signature import served_tables, table_columns
 from stores.clickhouse.source import ClickHouseSourceStore

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from stores.base import StoreError
 from stores.clickhouse import policy
-from stores.clickhouse.engine import quote
 from stores.clickhouse.http import ClickHouseHTTPError, Rows
+from stores.clickhouse.names import quote
 from stores.clickhouse.server import ServerSession
 from stores.clickhouse.source import ClickHouseSourceStore, ProvisionedClickHouseSource
 from stores.probe import DROP_ONE_IN, TablePlan, ViewProbeStore

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import hashlib
 
-from stores.clickhouse.engine import literal, quote
 from stores.clickhouse.http import HttpClient
+from stores.clickhouse.names import literal, quote
 
 __all__ = ["SERVED_ENGINES", "content_hash", "served_tables", "signature", "table_columns"]
 
