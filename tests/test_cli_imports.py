@@ -87,3 +87,19 @@ def test_a_pytest_run_here_loads_no_langsmith() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert done.stdout.splitlines()[-1] == "[]", done.stdout
+
+
+def test_loading_the_plugin_imports_no_array_library() -> None:
+    """pytest loads the plugin in every process (and xdist worker) before the first item:
+    numpy and pyarrow come with the first store or interval that needs them, not here."""
+    code = (
+        "import sys, pytest_backintel.plugin\n"
+        "print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code.format(heavy=("numpy", "pyarrow", "polars", "duckdb"))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]", done.stdout

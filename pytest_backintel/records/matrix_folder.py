@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pytest_backintel.records.leaderboard import leaderboard
 from pytest_backintel.records.writer import (
     now_iso,
     read_json,
@@ -90,6 +89,8 @@ def write_matrix(run_dir: Path, header: dict[str, Any], records: list[dict[str, 
                 "method_hash": matrix["per_model"][model].get("method_hash"),
             }
         )
+    from pytest_backintel.records.leaderboard import leaderboard  # numpy: on use
+
     rows = leaderboard(by_model, folders)
     out = run_dir / MATRIX_FILE
     earlier = read_json(out)

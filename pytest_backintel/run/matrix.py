@@ -26,7 +26,6 @@ import pytest
 from pytest_backintel.analyst_api import Analyst, AnalystConfig
 from pytest_backintel.collect.items import model_slug
 from pytest_backintel.options import BenchOptions, spec_kind
-from pytest_backintel.records.leaderboard import leaderboard_lines
 from pytest_backintel.records.matrix_folder import MATRIX_FILE
 from pytest_backintel.records.method_hash import analyst_method_hash, model_api_of
 from pytest_backintel.records.writer import read_json
@@ -180,4 +179,6 @@ def matrix_summary(session: Any) -> list[str]:
     """The terminal's leaderboard of a matrix session that wrote one ([] otherwise)."""
     if session.matrix is None or not session.records:
         return []
+    from pytest_backintel.records.leaderboard import leaderboard_lines  # numpy: on use
+
     return leaderboard_lines(read_json(session.run_dir / MATRIX_FILE).get("leaderboard", []))
