@@ -40,6 +40,7 @@ from pytest_backintel.run.worker_death import die_with_controller
 from pytest_backintel.run.world_builds import WorldBuilds, world_label
 from pytest_backintel.sandbox.base import SandboxProvider, SandboxUnavailable
 from pytest_backintel.sandbox.registry import UnknownSandboxError, create_provider
+from pytest_backintel.sandbox.zygote import warm
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, ProvisionedStore, Store
 
@@ -163,6 +164,9 @@ class SessionData:
             if scopeable(files):
                 return ScopedPython(self.sandboxes, files, scenario.scope, store.connect)
             return ItemPython(self.sandboxes, None, store.connect)  # observed by its plans
+        if scenario is not None and scenario.prediction is not None:
+            # its program is re-run three times: the zygote starts while the analyst works
+            warm(self.sandboxes, self.sandboxes.limits)
         return ItemPython(self.sandboxes, store.mount_path, store.connect)
 
     def provision(self, scenario: Scenario) -> ProvisionedStore:
