@@ -28,6 +28,7 @@ from pytest_backintel.sandbox.limits import HostKill, Limits, Observed, classify
 from pytest_backintel.sandbox.workspace_tmpfs import TmpfsWorkspace
 
 __all__ = [
+    "JOIN_CGROUPS",
     "OutputBuffer",
     "RawRun",
     "run_confined",
@@ -39,7 +40,7 @@ __all__ = [
 
 _GRACE_S = 0.5
 """How long output is still collected after the launcher reported the payload's end."""
-_JOIN = (
+JOIN_CGROUPS = (
     'n=$0; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; '
     'exec "$@"'
 )
@@ -105,7 +106,7 @@ def run_launcher(
     cmd = list(argv)
     if cgroup is not None:  # join the cgroups before exec so every descendant is inside them
         files = [str(f) for f in cgroup.procs_files]
-        cmd = ["/bin/sh", "-c", _JOIN, str(len(files)), *files, *argv]
+        cmd = ["/bin/sh", "-c", JOIN_CGROUPS, str(len(files)), *files, *argv]
     start = time.monotonic()
     try:
         proc = subprocess.Popen(

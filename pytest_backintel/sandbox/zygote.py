@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from pytest_backintel.sandbox._process import (
-    _JOIN,
+    JOIN_CGROUPS,
     OutputBuffer,
     RawRun,
     _parse_status,
@@ -153,7 +153,7 @@ class Zygote:
         log = (self._folder / "stderr.txt").open("wb")
         try:
             self._proc = subprocess.Popen(
-                ["/bin/sh", "-c", _JOIN, str(len(files)), *files, *argv],
+                ["/bin/sh", "-c", JOIN_CGROUPS, str(len(files)), *files, *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
