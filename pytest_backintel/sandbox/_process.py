@@ -31,6 +31,7 @@ __all__ = [
     "JOIN_CGROUPS",
     "OutputBuffer",
     "RawRun",
+    "parse_status",
     "run_confined",
     "run_launcher",
     "to_result",
@@ -164,7 +165,7 @@ def run_launcher(
     with contextlib.suppress(OSError):
         status_buf += os.read(status_read, 65536)
     os.close(status_read)
-    status = _parse_status(bytes(status_buf))
+    status = parse_status(bytes(status_buf))
     started = b'"started"' in status_buf
     out, err = streams.values()
     return RawRun(
@@ -320,7 +321,7 @@ def _drain(streams: dict[int, OutputBuffer]) -> None:
                 buffer.feed(chunk)
 
 
-def _parse_status(data: bytes) -> dict[str, Any] | None:
+def parse_status(data: bytes) -> dict[str, Any] | None:
     for line in reversed(data.decode("utf-8", "replace").splitlines()):
         with contextlib.suppress(ValueError):
             record = json.loads(line)

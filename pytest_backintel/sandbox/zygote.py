@@ -38,7 +38,7 @@ from pytest_backintel.sandbox._process import (
     JOIN_CGROUPS,
     OutputBuffer,
     RawRun,
-    _parse_status,
+    parse_status,
     to_result,
     watch,
 )
@@ -279,7 +279,7 @@ class Zygote:
             stderr=bytes(stderr.data),
             stdout_total=stdout.total,
             stderr_total=stderr.total,
-            status=_parse_status(bytes(status_buf)),
+            status=parse_status(bytes(status_buf)),
             killed_for=killed_for,
             exit_code=0,
             duration_s=time.monotonic() - start,
