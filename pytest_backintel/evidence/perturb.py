@@ -223,7 +223,7 @@ def perturb_tables(
         if moving is not None:
             out[table] = _shift(out[table], fixed, salt)
             joins = {c for c, name in names[table].items() if name in entity}
-            out[table] = apply_family(out[table], fixed | joins, salt)
+            out[table] = apply_family(out[table], fixed | joins, salt, tables[table])
     if notes is not None:
         notes.extend(_gaps(tables, out, key_cols, linked, min_rows))
     return out

@@ -5,10 +5,10 @@ A salt at or above `FAMILY_BASE` names one of two families, applied to each tabl
 copy after the usual moving perturbation:
 
 - `later`: the rows dated at or after a pivot (the value of the table's first date column at
-  quantile 1/2, 3/4, 7/8 or 15/16) have every other date column moved `days` later (4 to 11)
-  and their floating-point numbers grown by `days` sixteenths, so recent durations and prices
+  quantile 1/2, 3/4, 7/8 or 15/16, one per attempt) have every other date column moved `days`
+  later (12 to 19) and their floating-point numbers grown by `days` sixteenths, so recent durations and prices
   grow against earlier ones and a comparison of two periods can cross its threshold;
-- `reassign`: one row in two takes another value of each text column that is no key (a
+- `reassign`: one row in two takes another value (never its own) of each text column that is no key (a
   status, a person's id) among the column's existing values (one in eight of them when that
   leaves two), so rows change group: a pending count, a repeat share moves.
 
@@ -36,9 +36,10 @@ _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}:\d{2})?$")
 
 
 def family_salt(attempt: int, moving: tuple[str, ...]) -> int:
-    """The salt of a family probe: families alternate by attempt, salts differ by answer."""
-    spread = zlib.crc32(repr((attempt, moving)).encode()) % 50_000_000
-    return FAMILY_BASE + 2 * spread + attempt % len(FAMILIES)
+    """The salt of a family probe: its low six bits are the attempt (families alternate, the
+    pivot's quantile sweeps), the rest differ by answer."""
+    spread = zlib.crc32(repr((attempt, moving)).encode()) % 1_000_000
+    return FAMILY_BASE + 64 * spread + attempt % 64
 
 
 def _date_columns(df: pl.DataFrame) -> list[str]:
@@ -56,7 +57,7 @@ def _date_columns(df: pl.DataFrame) -> list[str]:
     return found
 
 
-def _later(df: pl.DataFrame, skip: set[str], salt: int) -> pl.DataFrame:
+def _later(df: pl.DataFrame, skip: set[str], salt: int, step: int) -> pl.DataFrame:
     import polars as pl
 
     dates = _date_columns(df)
@@ -66,9 +67,9 @@ def _later(df: pl.DataFrame, skip: set[str], salt: int) -> pl.DataFrame:
     distinct = df[pivot_col].drop_nulls().unique().sort()
     if not len(distinct):
         return df
-    quantile = 1 - 2.0 ** -(1 + (salt >> 1) % 4)
+    quantile = 1 - 2.0 ** -(1 + step % 4)
     pivot = distinct[int(quantile * (len(distinct) - 1))]
-    days = 4 + (salt >> 3) % 8
+    days = 12 + (salt // 64) % 8
     after = pl.col(pivot_col) >= pl.lit(pivot, dtype=df.schema[pivot_col])
     moved = []
     for col in dates[1:]:
@@ -86,32 +87,37 @@ def _later(df: pl.DataFrame, skip: set[str], salt: int) -> pl.DataFrame:
     return df.with_columns(moved) if moved else df
 
 
-def _reassign(df: pl.DataFrame, skip: set[str], salt: int) -> pl.DataFrame:
+def _reassign(df: pl.DataFrame, skip: set[str], salt: int, source: pl.DataFrame) -> pl.DataFrame:
     import polars as pl
 
     dates = set(_date_columns(df))
     index = pl.int_range(pl.len(), dtype=pl.Int64)
-    chosen = (index * 2654435761 + salt * 7919) % 2 == 0
+    chosen = index.hash(seed=salt) % 2 == 0
     moved = []
     for n, (col, dtype) in enumerate(df.schema.items()):
         if dtype != pl.String or col in skip or col in dates:
             continue
-        values = df[col].drop_nulls().unique().sort()
+        values = source[col].drop_nulls().unique().sort()  # the rows dropped have theirs too
         pool = values.filter(values.hash(seed=salt) % 8 == 0)
         pool = pool if len(pool) >= 2 else values
         if len(pool) < 2:
             continue
-        pick = (index * 40503 + salt * 31 + n * 977) % len(pool)
+        pick = (index.hash(seed=salt + n) % len(pool)).cast(pl.Int64)
         other = pick.map_batches(lambda s, p=pool: p.gather(s), return_dtype=pl.String)
+        after = ((pick + 1) % len(pool)).map_batches(
+            lambda s, p=pool: p.gather(s), return_dtype=pl.String
+        )
+        other = pl.when(other == pl.col(col)).then(after).otherwise(other)  # always another
         moved.append(pl.when(chosen).then(other).otherwise(pl.col(col)).alias(col))
     return df.with_columns(moved) if moved else df
 
 
-def apply_family(df: pl.DataFrame, skip: set[str], salt: int) -> pl.DataFrame:
+def apply_family(df: pl.DataFrame, skip: set[str], salt: int, source: pl.DataFrame) -> pl.DataFrame:
     """`df` under the family `salt` names (unchanged below `FAMILY_BASE`); `skip` are its key
-    columns."""
+    columns, `source` the table before rows were dropped (whose values a text may take)."""
     if salt < FAMILY_BASE:
         return df
-    if FAMILIES[salt % len(FAMILIES)] == "later":
-        return _later(df, skip, salt)
-    return _reassign(df, skip, salt)
+    attempt = (salt - FAMILY_BASE) % 64
+    if FAMILIES[attempt % len(FAMILIES)] == "later":
+        return _later(df, skip, salt, attempt // len(FAMILIES))
+    return _reassign(df, skip, salt, source)
