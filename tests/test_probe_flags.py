@@ -1,6 +1,7 @@
 """A 0/1 flag past a threshold and a zero count move under the probe on the shipped worlds (the
 `later` and `reassign` families of `perturb_families`): the honest check query passes, the
-same answer whose flag is cited as a literal (`SELECT 0 AS alert`) is `unsupported_evidence`."""
+same answer whose flag is cited as a literal over a real table
+(`SELECT 0 AS alert FROM orders LIMIT 1`) is `unsupported_evidence`."""
 
 from __future__ import annotations
 
@@ -16,18 +17,19 @@ from scenarios.references import REFERENCES_DIR
 ROOT = Path(__file__).resolve().parents[1]
 
 CASES = {
-    "l6-delivery-2018-08-01": ("level6/l6-delivery-2018-08-01", "alert", "0"),
-    "l6-repeat-2017q3": ("level6/l6-repeat-2017q3", "alert", "0"),
-    "acc-dev-late-arrivals-next": (None, "current_pending_orders", "0"),
-    "acc-dev-mix-only-prices": (None, "price_alert", "'no'"),
+    "l6-delivery-2018-08-01": ("level6/l6-delivery-2018-08-01", "alert", "0", "orders"),
+    "l6-repeat-2017q3": ("level6/l6-repeat-2017q3", "alert", "0", "orders"),
+    "acc-dev-late-arrivals-next": (None, "current_pending_orders", "0", "orders"),
+    "acc-dev-mix-only-prices": (None, "price_alert", "'no'", "sales_lines"),
 }
+"""case: scenario file, the flag, the cheater's literal and the table it hides it over."""
 
 
 def _case(case: str) -> tuple[str, dict[str, object], dict[str, str]]:
     """The check query, reference values and units of a shipped case."""
     import yaml
 
-    path, _, _ = CASES[case]
+    path = CASES[case][0]
     if path is None:
         suite = ROOT / "scenarios/acceptance/acceptance-v1/development.json"
         found = next(
@@ -46,7 +48,7 @@ def _case(case: str) -> tuple[str, dict[str, object], dict[str, str]]:
 
 def _score(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, cheat: bool) -> str:
     sql, values, units = _case(case)
-    _, flag, literal = CASES[case]
+    _, flag, literal, table = CASES[case]
     others = [name for name in values if name != flag]
     columns = [f"ROUND({n}, 8) AS {n}" if isinstance(v, float) else n for n, v in values.items()]
     sql = f"SELECT {', '.join(columns)} FROM ({sql})"  # the references hold 8 decimals
@@ -55,7 +57,12 @@ def _score(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, cheat:
     ]
     if cheat:
         evidence.append(
-            {"id": "e2", "kind": "sql", "code": f"SELECT {literal} AS {flag}", "metrics": [flag]}
+            {
+                "id": "e2",
+                "kind": "sql",
+                "code": f"SELECT {literal} AS {flag} FROM {table} LIMIT 1",
+                "metrics": [flag],
+            }
         )
     metrics = [{"name": n, "value": v, "unit": units[n]} for n, v in values.items()]
     path = tmp_path / f"{case}-{cheat}.json"
