@@ -6,11 +6,12 @@ copy after the usual moving perturbation:
 
 - `later`: the rows dated at or after a pivot (the value of the table's first date column at
   quantile 1/2, 3/4, 7/8 or 15/16, one per attempt) have every other date column moved `days`
-  later (12 to 19) and their floating-point numbers grown by `days` sixteenths, so recent durations and prices
-  grow against earlier ones and a comparison of two periods can cross its threshold;
-- `reassign`: one row in two takes another value (never its own) of each text column that is no key (a
-  status, a person's id) among the column's existing values (one in eight of them when that
-  leaves two), so rows change group: a pending count, a repeat share moves.
+  later (12 to 19) and their floating-point numbers grown by `days` sixteenths, so recent
+  durations and prices grow against earlier ones and a comparison of two periods can cross
+  its threshold;
+- `reassign`: one row in two takes another value (never its own) of each text column that is
+  no key (a status, a person's id) among the column's values in the source (one in eight of
+  them when that leaves two), so rows change group: a pending count, a repeat share moves.
 
 Keys and date columns stay, so joins still match; honest evidence re-run on the copy follows
 its data like the check query does.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -87,6 +89,11 @@ def _later(df: pl.DataFrame, skip: set[str], salt: int, step: int) -> pl.DataFra
     return df.with_columns(moved) if moved else df
 
 
+def _gather(pool: pl.Series) -> Callable[[pl.Series], pl.Series]:
+    """The values of `pool` at the positions of a series."""
+    return lambda positions: pool.gather(positions)
+
+
 def _reassign(df: pl.DataFrame, skip: set[str], salt: int, source: pl.DataFrame) -> pl.DataFrame:
     import polars as pl
 
@@ -103,10 +110,8 @@ def _reassign(df: pl.DataFrame, skip: set[str], salt: int, source: pl.DataFrame)
         if len(pool) < 2:
             continue
         pick = (index.hash(seed=salt + n) % len(pool)).cast(pl.Int64)
-        other = pick.map_batches(lambda s, p=pool: p.gather(s), return_dtype=pl.String)
-        after = ((pick + 1) % len(pool)).map_batches(
-            lambda s, p=pool: p.gather(s), return_dtype=pl.String
-        )
+        other = pick.map_batches(_gather(pool), return_dtype=pl.String)
+        after = ((pick + 1) % len(pool)).map_batches(_gather(pool), return_dtype=pl.String)
         other = pl.when(other == pl.col(col)).then(after).otherwise(other)  # always another
         moved.append(pl.when(chosen).then(other).otherwise(pl.col(col)).alias(col))
     return df.with_columns(moved) if moved else df

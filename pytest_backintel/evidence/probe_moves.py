@@ -22,8 +22,8 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pytest_backintel.evidence.probe import DataProbe, Probes, PythonFactory, scenario_key
 from pytest_backintel.evidence.perturb_families import FAMILY_ATTEMPTS, family_salt
+from pytest_backintel.evidence.probe import DataProbe, Probes, PythonFactory, scenario_key
 from pytest_backintel.evidence.probe_search import quick_checks
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.tolerance import compare_metric
@@ -130,7 +130,8 @@ def moving_probes(
             why = (
                 f"the answer does not move under the probe: {', '.join(still)} keeps the "
                 f"reference value on every perturbed copy of the data ({len(base)} usual, "
-                f"{MOVE_ATTEMPTS + extra} searched), so a value copied from the source is not caught"
+                f"{MOVE_ATTEMPTS + extra} searched), so a value copied from the source is not "
+                "caught"
             )
             for probe in base:
                 probe.still[scenario_key(scenario)] = why
