@@ -29,6 +29,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_backintel.evidence.perturb_families import apply_family
 from stores.base import DatasetFiles
 from stores.common.schema_keys import DeclaredKeys, ForeignKey
 from stores.common.sqlite_file import build_from_parquet
@@ -221,6 +222,8 @@ def perturb_tables(
         out[table] = _scale(out[table], fixed, salt, counter)
         if moving is not None:
             out[table] = _shift(out[table], fixed, salt)
+            joins = {c for c, name in names[table].items() if name in entity}
+            out[table] = apply_family(out[table], fixed | joins, salt, tables[table])
     if notes is not None:
         notes.extend(_gaps(tables, out, key_cols, linked, min_rows))
     return out

@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pytest_backintel.evidence.perturb_families import FAMILY_ATTEMPTS, family_salt
 from pytest_backintel.evidence.probe import DataProbe, Probes, PythonFactory, scenario_key
 from pytest_backintel.evidence.probe_search import quick_checks
 from pytest_backintel.scenario import Scenario
@@ -105,8 +106,13 @@ def moving_probes(
         quick = (
             quick_checks(files, scenario, texts) if still and all(p.copy for p in base) else None
         )
-        for attempt in range(MOVE_ATTEMPTS if still else 0):
-            salt = moving_salt(attempt, texts)
+        extra = FAMILY_ATTEMPTS if quick is not None else 0  # world copies only
+        for attempt in range(MOVE_ATTEMPTS + extra if still else 0):
+            salt = (
+                moving_salt(attempt, texts)
+                if attempt < MOVE_ATTEMPTS
+                else family_salt(attempt - MOVE_ATTEMPTS, texts)
+            )
             if quick is not None and not _moved(
                 scenario, {m: ref[m] for m in still or ()}, quick(salt)
             ):
@@ -124,7 +130,8 @@ def moving_probes(
             why = (
                 f"the answer does not move under the probe: {', '.join(still)} keeps the "
                 f"reference value on every perturbed copy of the data ({len(base)} usual, "
-                f"{MOVE_ATTEMPTS} searched), so a value copied from the source is not caught"
+                f"{MOVE_ATTEMPTS + extra} searched), so a value copied from the source is not "
+                "caught"
             )
             for probe in base:
                 probe.still[scenario_key(scenario)] = why
