@@ -12,6 +12,7 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from pytest_backintel.sandbox import Limits, SandboxUnavailable
 from pytest_backintel.sandbox import zygote as zygote_module
 from pytest_backintel.sandbox.base import ExecResult
 from pytest_backintel.sandbox.bwrap import BwrapProvider
-from pytest_backintel.sandbox.evidence import run_python_evidence
+from pytest_backintel.sandbox.evidence import PythonEvidenceValues, run_python_evidence
 from pytest_backintel.sandbox.subprocess_backend import SubprocessProvider
 from pytest_backintel.sandbox.zygote import ZYGOTE_ENV, forked_run
 from stores.base import DatasetFiles
@@ -275,3 +276,28 @@ def test_a_run_that_stops_the_zygote_is_recorded_and_the_next_gets_a_new_one(
     stopped = _forked(bwrap, code)
     assert stopped.limit_hit == "wall_time"
     assert _printed(_forked(bwrap, "print('{\"after\": 3}')")) == {"after": 3}
+
+
+def test_a_forked_run_killed_by_a_signal_no_limit_explains_is_run_again_fresh(
+    bwrap: BwrapProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that dies by a signal with no limit hit is not trusted as the record: the same
+    program runs in a fresh sandbox, whose end (here the same signal) is what is scored."""
+    store = _store(tmp_path / "s.sqlite", 1)
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    assert _forked(bwrap, code, store).returncode == -9
+    opened: list[object] = []
+    real_open = bwrap.open
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args)
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(bwrap, "open", spy)
+    done = run_python_evidence(bwrap, store, code)
+    assert len(opened) == 1  # the fresh sandbox ran it
+    assert done.result.returncode == -9
+    good = run_python_evidence(bwrap, store, "print('{\"x\": 1}')")
+    assert isinstance(good, PythonEvidenceValues)
+    assert good.values == {"x": 1}
+    assert len(opened) == 1  # a run that ends well is not run twice
