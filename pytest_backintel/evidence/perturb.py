@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 from pytest_backintel.evidence.perturb_families import apply_family
 from stores.base import DatasetFiles
 from stores.common.schema_keys import DeclaredKeys, ForeignKey
-from stores.common.sqlite_file import build_from_parquet
 from stores.common.view_plan import (
     DONE_FILE,
     MIN_ROWS,
@@ -43,6 +42,7 @@ from stores.common.view_plan import (
     key_names,
     write_done,
 )
+from stores.engine.sqlite_copy import build_from_parquet
 from stores.probe import shift_factor
 
 if TYPE_CHECKING:  # polars is imported where a copy is built, not where a built one is found
@@ -89,7 +89,7 @@ def _unique(df: pl.DataFrame, cols: list[str]) -> bool:
         return False
     if len(cols) == 1:
         return bool(df[cols[0]].n_unique() == df.height)
-    return bool(df.select(cols).is_unique().all())
+    return bool(df.select(cols).n_unique() == df.height)
 
 
 def entity_key(df: pl.DataFrame, names: dict[str, str], declared: list[str] | None) -> list[str]:

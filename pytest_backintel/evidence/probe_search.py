@@ -19,7 +19,7 @@ from pytest_backintel.evidence.dialects import translate
 from pytest_backintel.evidence.values import EVIDENCE_MAX_ROWS, values_from_result
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, QueryResult
-from stores.common.sqlite_file import build_from_parquet
+from stores.engine.sqlite_copy import build_from_parquet
 
 __all__ = ["quick_checks"]
 

@@ -92,7 +92,12 @@ class BenchSession(SessionTrials):
             select_shard(self.config, items, opts.shard, opts.shard_durations, self.run_dir)
         run_folder.write_plan(self.run_dir, self.worker, items, self.config.option.collectonly)
         if not self.config.option.collectonly:  # built ahead, while items that need none run
-            self.worlds_ahead.prefetch(worlds_wanted(items, self._build_world))
+            # a model's trials build their probes while it thinks; other analysts' right after
+            # the world, in the same background thread
+            kind = spec_kind(self.options.analyst)
+            then = None if kind in ("model", "external") else self.probes_ahead
+            wanted = worlds_wanted(items, self._build_world, self.world_build_cost, then)
+            self.worlds_ahead.prefetch(wanted)
 
     def data_hash_of(self, item: ScenarioItem) -> tuple[str, str, str]:
         """(world, snapshot, data hash) of the item's dataset (built once)."""

@@ -3,6 +3,7 @@ datasets, stores, probes, the sandbox and tracing (`BenchSession` is built on it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import Counter
@@ -230,6 +231,20 @@ class SessionData:
         files = world.ensure_built(self.data_dir, snapshot=key[1])
         built = self._worlds[key] = (files, world.data_hash(files), world)
         return built
+
+    def world_build_cost(self, scenario: Scenario) -> float:
+        """About how many seconds building the scenario's world takes here (0 when it is built
+        or the world cannot say: `World.build_cost`); the longest is built ahead first."""
+        with self._lock:
+            world = world_for(scenario.dataset)
+        cost = getattr(world, "build_cost", None)
+        return float(cost(self.data_dir, scenario.dataset.snapshot)) if callable(cost) else 0.0
+
+    def probes_ahead(self, scenario: Scenario) -> None:
+        """The data probes of the scenario's world, written ahead of the first trial that
+        re-runs evidence there; a failure is left for that trial to report."""
+        with contextlib.suppress(Exception):
+            self.probes_for(scenario, with_python=True)
 
     def verify_data(self, scenario: Scenario) -> list[str]:
         """Problems with the scenario's pinned data files (acceptance fixtures), if any."""

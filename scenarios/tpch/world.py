@@ -142,6 +142,10 @@ class TpchWorld(ReferencedWorld):
         references (`tpch-sf1.json`, `tpch-sf0.01.json`) follow the variable."""
         return f"sf{scale_factor(snapshot)}"
 
+    def build_seconds(self, snapshot: str) -> float:
+        """About 60 s per unit of scale factor (SF1: `dbgen`, Parquet, SQLite and indexes)."""
+        return 60.0 * float(scale_factor(snapshot))
+
     def build_dir(self, data_dir: Path, snapshot: str = "base") -> Path:
         return data_dir / "worlds" / f"tpch-sf{scale_factor(snapshot)}"
 

@@ -1,9 +1,8 @@
-"""A SQLite file written from Parquet files: the `sqlite` store's template and the evidence
-stage's perturbed copies are built by it."""
+"""SQLite files from Parquet: the declared type and cell converter of each Arrow column
+(`stores.engine.sqlite_copy` writes the files), and what a statement reads."""
 
 from __future__ import annotations
 
-import secrets
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 from stores.base import StoreError
 
-__all__ = ["build_from_parquet", "columns_read", "quote_ident"]
+__all__ = ["columns_read", "parquet_column", "quote_ident"]
 
 
 def quote_ident(name: str) -> str:
@@ -19,7 +18,7 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _parquet_column(field: Any) -> tuple[str, Callable[[Any], object]]:
+def parquet_column(field: Any) -> tuple[str, Callable[[Any], object]]:
     """SQLite declared type and a cell converter for one Arrow field."""
     import pyarrow.types as pt
 
@@ -49,39 +48,6 @@ def _parquet_column(field: Any) -> tuple[str, Callable[[Any], object]]:
         "store; allowed: bool, integers, floats, decimals, strings, binary, dates, times, "
         "timestamps"
     )
-
-
-def build_from_parquet(files: list[Path], dest: Path) -> None:
-    """A database with one table per `<table>.parquet` file, written under a private temp name."""
-    import pyarrow.parquet as pq
-
-    tmp = dest.with_name(f"{dest.name}.{secrets.token_hex(4)}.tmp")
-    conn = sqlite3.connect(tmp, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode = OFF")
-        conn.execute("BEGIN")
-        for file in files:
-            table = pq.read_table(file)
-            specs = [_parquet_column(f) for f in table.schema]
-            names = [quote_ident(f.name) for f in table.schema]
-            cols = ", ".join(f"{n} {t}".rstrip() for n, (t, _) in zip(names, specs, strict=True))
-            conn.execute(f"CREATE TABLE {quote_ident(file.stem)} ({cols})")
-            insert = f"INSERT INTO {quote_ident(file.stem)} VALUES ({', '.join('?' * len(names))})"
-            for batch in table.to_batches(max_chunksize=20_000):
-                columns = [
-                    [conv(v) for v in col.to_pylist()]
-                    for col, (_, conv) in zip(batch.columns, specs, strict=True)
-                ]
-                conn.executemany(insert, zip(*columns, strict=True))
-        conn.execute("COMMIT")
-    except (sqlite3.Error, OSError, StoreError) as exc:
-        conn.close()
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, StoreError):
-            raise
-        raise StoreError(f"cannot build a SQLite database from {files[0].parent}: {exc}") from exc
-    conn.close()
-    tmp.replace(dest)
 
 
 def columns_read(path: Path, sql: str) -> dict[str, set[str]] | None:

@@ -11,7 +11,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from stores.base import DatasetFiles, StoreError
-from stores.common.sqlite_file import build_from_parquet, quote_ident
+from stores.common.sqlite_file import quote_ident
+from stores.engine.sqlite_copy import build_from_parquet
 
 __all__ = ["TemplateCache", "build_from_parquet", "quote_ident"]
 
