@@ -145,6 +145,11 @@ class StoreBackends:
             self._stores[spec] = store
         return self._stores[spec]
 
+    def is_set_up(self, spec: str) -> bool:
+        """Whether backend `spec` is set up already (a thread that may end soon must not set
+        one up: a server it starts dies with the thread that started it)."""
+        return spec in self._stores
+
     def get_bound(self, spec: str, source: str, make: Callable[[Path], Store]) -> Store:
         """The backend `spec` serving one source of your own (`make(workdir)` builds it)."""
         key = f"{spec}@{source}"

@@ -242,9 +242,14 @@ class SessionData:
 
     def probes_ahead(self, scenario: Scenario) -> None:
         """The data probes of the scenario's world, written ahead of the first trial that
-        re-runs evidence there; a failure is left for that trial to report."""
-        with contextlib.suppress(Exception):
-            self.probes_for(scenario, with_python=True)
+        re-runs evidence there, once an item has set its backend up (a server a backend
+        starts must not start in this short-lived thread); a failure is left for that trial
+        to report."""
+        with self._lock:
+            ready = self.backends.is_set_up(store_spec(scenario, self.options.store))
+        if ready:
+            with contextlib.suppress(Exception):
+                self.probes_for(scenario, with_python=True)
 
     def verify_data(self, scenario: Scenario) -> list[str]:
         """Problems with the scenario's pinned data files (acceptance fixtures), if any."""
