@@ -16,6 +16,7 @@ skipped. A backend that cannot run skips with the reason, or fails when named in
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from datetime import date, datetime
 from decimal import Decimal
@@ -176,6 +177,34 @@ def test_postgres_privileges_are_the_guard(store: Store, item: ProvisionedStore)
             psycopg.connect(f"postgresql://{role}@{dsn}/{other.store_id}")
     finally:
         other.teardown()
+
+
+@only(lambda case: case.spec == "postgres")
+def test_postgres_reads_the_rows_of_an_unchanged_item_once(
+    store: Store, item: ProvisionedStore
+) -> None:
+    """The fingerprint after a trial reads no row when no row version changed; a write behind
+    the store (even of the same value) makes new ones, and the rows are read again."""
+    import psycopg
+
+    from stores.common.logical_cache import LogicalCache
+
+    computed: list[str] = []
+
+    class Counting(LogicalCache):
+        def get(self, physical: str, compute: Callable[[], str]) -> str:
+            return super().get(physical, lambda: computed.append(physical) or compute())
+
+    store.logical = Counting()  # type: ignore[attr-defined]
+    before = item.fingerprint()
+    assert item.fingerprint() == before
+    assert len(computed) == 1
+    with psycopg.connect(item.admin_dsn, autocommit=True) as conn:  # type: ignore[attr-defined]
+        conn.execute("UPDATE orders SET id = id WHERE id = (SELECT min(id) FROM orders)")
+    after = item.fingerprint()
+    assert after.physical != before.physical
+    assert after.logical == before.logical
+    assert len(computed) == 2
 
 
 def make_dataset_once(store: Store) -> DatasetFiles:

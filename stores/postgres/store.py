@@ -57,6 +57,7 @@ from stores.base import (
 )
 from stores.capabilities import StoreCapabilities
 from stores.common.faults import fault_point
+from stores.common.logical_cache import LogicalCache
 from stores.owner import Owner
 from stores.postgres.cluster import ThrowawayCluster
 from stores.postgres.config import DEFAULT_DSN, INITDB
@@ -66,6 +67,25 @@ from stores.postgres.sweep import sweep_stale
 from stores.postgres.types import pg_type
 
 __all__ = ["PostgresSession", "PostgresStore", "ProvisionedPostgres", "pg_type"]
+
+
+def _logical(cur: Any, tables: list[str]) -> str:
+    """The logical fingerprint of `tables`: their columns and every row, in order."""
+    from stores import fingerprint
+
+    hasher = fingerprint.LogicalHasher()
+    for name in tables:
+        cur.execute(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) "
+            "FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum > 0 "
+            "AND NOT a.attisdropped ORDER BY a.attnum",
+            (ident(name),),
+        )
+        columns = [(str(c), str(t)) for c, t in cur.fetchall()]
+        order = ", ".join(str(i + 1) for i in range(len(columns)))
+        cur.execute(f"SELECT * FROM {ident(name)} ORDER BY {order or 'ctid'}")
+        hasher.add_table(name, columns, arrow_rows(cur.fetch_arrow_table()))
+    return hasher.hexdigest()
 
 
 class ProvisionedPostgres(ProvisionedStore):
@@ -94,9 +114,11 @@ class ProvisionedPostgres(ProvisionedStore):
         return Attachment(conninfo, "postgres", "public", (), ("postgres_scanner",))
 
     def fingerprint(self) -> Fingerprint:
+        """Physical: the relations, their columns and files, and each table's row versions
+        (`ctid`, `xmin`: a write of any row makes new ones); logical: every row, read only
+        when this process has not seen that physical hash (a copy of the same template has
+        it, since CREATE DATABASE copies files, row versions and all)."""
         adbc = adbc_module()
-
-        from stores import fingerprint
 
         physical = hashlib.sha256()
         with adbc.connect(with_db(self._store.dsn, self.store_id)) as conn, conn.cursor() as cur:
@@ -111,25 +133,17 @@ class ProvisionedPostgres(ProvisionedStore):
             )
             relations = cur.fetchall()
             physical.update(repr(relations).encode())
-            hasher = fingerprint.LogicalHasher()
-            for name in sorted(str(r[0]) for r in relations if r[1] in ("r", "v", "m")):
+            tables = sorted(str(r[0]) for r in relations if r[1] in ("r", "v", "m"))
+            for name in tables:
                 cur.execute(
                     f"SELECT md5(coalesce(string_agg(ctid::text || ':' || xmin::text, ',' "
                     f"ORDER BY ctid), '')) FROM {ident(name)}"
                 )
                 physical.update(f"{name}:{cur.fetchone()}".encode())
-                cur.execute(
-                    "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) "
-                    "FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum > 0 "
-                    "AND NOT a.attisdropped ORDER BY a.attnum",
-                    (ident(name),),
-                )
-                columns = [(str(c), str(t)) for c, t in cur.fetchall()]
-                order = ", ".join(str(i + 1) for i in range(len(columns)))
-                cur.execute(f"SELECT * FROM {ident(name)} ORDER BY {order or 'ctid'}")
-                hasher.add_table(name, columns, arrow_rows(cur.fetch_arrow_table()))
+            digest = physical.hexdigest()
+            logical = self._store.logical.get(digest, lambda: _logical(cur, tables))
             conn.rollback()
-        return Fingerprint(logical=hasher.hexdigest(), physical=physical.hexdigest())
+        return Fingerprint(logical=logical, physical=digest)
 
     def teardown(self) -> None:
         self._store.drop(self.store_id)
@@ -160,6 +174,8 @@ class PostgresStore(Store):
         """The NOLOGIN role that owns every database of this store (made on first use)."""
         self._owner_role_made = False
         self._lock = threading.Lock()
+        self.logical = LogicalCache()
+        """Logical fingerprints by physical hash, for this process (`fingerprint`)."""
 
     @property
     def comment(self) -> str:
