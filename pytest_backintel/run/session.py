@@ -127,12 +127,9 @@ class BenchSession(SessionTrials):
             return
         in_process = spec_kind(self.options.analyst) == "model" and not (
             self.config.option.collectonly or self.config.pluginmanager.has_plugin("dsession")
-        )  # this process sends model requests: the sweep waits for the first to leave
+        )  # this process sends model requests: the sweep waits for the first to return
         after = self.model_answered.wait if in_process else None
         self._sweep = clean_stale_in_background(self.data_dir, after)  # what killed runs left
-        if not self.config.option.collectonly:  # the summary's libraries, before the end
-            wait = after or self.item_reported.wait  # xdist, no model: after the first item
-            self.summary_imports = BackgroundImports(SUMMARY_MODULES, wait)
         self._parts_before = part_lengths(self.run_dir) if self.run_dir.exists() else {}
         if self.config.pluginmanager.has_plugin("dsession") and self.options.analyst != "reference":
             self.check_analyst(model=not self.config.option.collectonly)
@@ -158,6 +155,9 @@ class BenchSession(SessionTrials):
                 write_json(self.run_dir / "run.json", header)
         if self.budget.path.exists() and not (opts.append_run or resumed):
             self.budget.reset()  # a resumed run's budget is the whole run's
+        if not self.config.option.collectonly:  # the summary's libraries, before the end
+            wait = after or self.item_reported.wait  # xdist, no model: after the first item
+            self.summary_imports = BackgroundImports(SUMMARY_MODULES, wait)
 
     def finish(self, exitstatus: int) -> None:
         if self.summary_imports is not None and not self.run_dir.exists():
