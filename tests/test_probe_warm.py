@@ -1,6 +1,6 @@
-"""Probes built ahead (`Probes.warm`) wait for their gate, the session's first model request:
-under one GIL their build would otherwise delay that request. Without a gate they start at
-once. A SQLite source of a project of its own, its perturbed copies built for real."""
+"""Probes built ahead (`Probes.warm`) wait for their gate, the session's first model request
+to come back: under one GIL their build would otherwise delay that request. Without a gate
+they start at once. A SQLite source of a project of its own, its perturbed copies built for real."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ import helpers
 import pytest
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Status, StatusCode
 
 from pytest_backintel.collect.loading import load_scenario_file
 from pytest_backintel.records.live import LiveTrials, Running, status_line
@@ -91,6 +92,31 @@ def test_a_model_request_starting_is_announced_before_it_is_sent() -> None:
     with tracer.start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}):
         pass  # nobody listening: nothing to call
     assert seen == [True]
+    provider.shutdown()
+
+
+def test_a_model_request_ending_is_announced_answered_or_failed() -> None:
+    """`on_answer` runs when a request span ends, whatever its status (the session's work
+    that can wait, such as building probes and importing the summary's libraries, waits for
+    it, so it never shares the GIL with the first request on its way out)."""
+    live = LiveTrials()
+    seen: list[str] = []
+    provider = TracerProvider()
+    live.attach(provider)
+    tracer = provider.get_tracer("test")
+    live.on_answer = lambda: seen.append("answer")
+    chat = {"gen_ai.operation.name": "chat"}
+    with tracer.start_as_current_span("backintel trial l1-x/t1"):
+        with tracer.start_as_current_span("running tool", attributes={"gen_ai.tool.name": "x"}):
+            pass
+        with tracer.start_as_current_span("chat m", attributes=chat):
+            assert seen == [], "called when the request ends, not when it starts"
+        assert seen == ["answer"]
+        failed = tracer.start_span("chat m", attributes=chat)
+        failed.set_status(Status(StatusCode.ERROR))
+        failed.end()
+    assert seen == ["answer", "answer"], "a failed request has left the process too"
+    live.on_answer = None
     provider.shutdown()
 
 

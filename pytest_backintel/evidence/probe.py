@@ -234,8 +234,8 @@ class Probes:
         """Start building the probes of `files` in the background (once per key), so a trial
         whose analyst takes seconds finds them ready when its evidence needs them. A failed
         build is not kept: the trial's own `get` tries again and reports the error. The
-        thread first calls `after` (the session's wait for its first model request), so the
-        build does not take the GIL from the trial on its way to the model."""
+        thread first calls `after` (the session's wait for its first model request to come
+        back), so the build does not take the GIL from the trial on its way to the model."""
         key = (spec, str(files.parquet_dir))
         with self._warming_lock:
             if key in self._warming:

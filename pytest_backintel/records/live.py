@@ -5,8 +5,9 @@ span starting or ending adds or removes a trial, and every model request span (`
 operation.name == "chat"`) that ends inside a trial adds one request and its tokens. So the
 figures come from the agent's own instrumentation, for serial and concurrent trials alike.
 
-A model request span starting calls `on_request` (the session lets work that can wait, such as
-building the evidence probes, start once the first request is on its way).
+A model request span starting calls `on_request`, and one ending, answered or failed, calls
+`on_answer` (the session lets work that can wait, such as building the evidence probes, start
+once the first request has left the process and come back).
 
 `LiveLine` draws `status_line(...)` on a terminal of its own (a duplicate of the TTY's file
 descriptor, which pytest's output capture does not redirect) after the cursor, saving and
@@ -80,6 +81,8 @@ class LiveTrials(SpanProcessor):
         """Called after every change (the status line redraws)."""
         self.on_request: Callable[[], None] | None = None
         """Called when a model request span starts, before the request is sent."""
+        self.on_answer: Callable[[], None] | None = None
+        """Called when a model request span ends, answered or failed (the request has left)."""
         self._providers: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
         self.side_work: Callable[[], list[tuple[str, float]]] = list
         """(label, seconds so far) of work under way beside the trials (worlds being built)."""
@@ -128,6 +131,8 @@ class LiveTrials(SpanProcessor):
             self.end(ctx.trace_id)
             return
         attrs = span.attributes or {}
+        if attrs.get("gen_ai.operation.name") == "chat" and self.on_answer is not None:
+            self.on_answer()
         if attrs.get("gen_ai.operation.name") != "chat" or span.status.status_code is ERROR:
             return  # not a model request, or one that failed (the record counts neither)
         counts = [attrs.get(f"gen_ai.usage.{k}_tokens") for k in ("input", "output")]

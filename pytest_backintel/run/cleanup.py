@@ -192,8 +192,8 @@ def clean_stale_in_background(
     """`clean_stale` at a session's start: the folders and cgroups now, the PostgreSQL sweep
     (a server round trip, needed only by runs that can have left databases) in a thread the
     session joins at its end, so the first item does not wait for it. The thread first calls
-    `after` (the session's wait for its first model request): importing psycopg is CPU that,
-    under one GIL, would otherwise delay that request."""
+    `after` (the session's wait for its first model request to come back): importing psycopg
+    is CPU that, under one GIL, would otherwise delay that request."""
     clean_stale(data_dir, postgres=False)
 
     def sweep() -> None:

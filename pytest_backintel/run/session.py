@@ -24,6 +24,7 @@ from pytest_backintel.records import run_folder
 from pytest_backintel.records.interrupted import mark_unreported, part_lengths
 from pytest_backintel.records.live import LIVE
 from pytest_backintel.records.matrix_folder import write_matrix
+from pytest_backintel.records.summary_imports import SUMMARY_MODULES, BackgroundImports
 from pytest_backintel.records.writer import merge_parts, write_json
 from pytest_backintel.run.analysts import AnalystLoadError
 from pytest_backintel.run.cleanup import clean_stale_in_background, remove_folder
@@ -131,8 +132,8 @@ class BenchSession(SessionTrials):
             return
         in_process = spec_kind(self.options.analyst) == "model" and not (
             self.config.option.collectonly or self.config.pluginmanager.has_plugin("dsession")
-        )  # this process sends model requests: the sweep waits for the first
-        after = self.model_called.wait if in_process else None
+        )  # this process sends model requests: the sweep waits for the first to return
+        after = self.model_answered.wait if in_process else None
         self._sweep = clean_stale_in_background(self.data_dir, after)  # what killed runs left
         self._parts_before = part_lengths(self.run_dir) if self.run_dir.exists() else {}
         if self.config.pluginmanager.has_plugin("dsession") and self.options.analyst != "reference":
@@ -159,11 +160,17 @@ class BenchSession(SessionTrials):
                 write_json(self.run_dir / "run.json", header)
         if self.budget.path.exists() and not (opts.append_run or resumed):
             self.budget.reset()  # a resumed run's budget is the whole run's
+        if not self.config.option.collectonly:  # the summary's libraries, before the end
+            wait = after or self.item_reported.wait  # xdist, no model: after the first item
+            self.summary_imports = BackgroundImports(SUMMARY_MODULES, wait)
 
     def finish(self, exitstatus: int) -> None:
-        self.model_called.set()  # what waited for a request that never came runs now
-        if LIVE.on_request == self.model_called.set:
-            LIVE.on_request = None
+        if self.summary_imports is not None and not self.run_dir.exists():
+            self.summary_imports.cancel()  # no run folder: no summary to compute
+        self.model_answered.set()  # what waited for a request that never came runs now
+        self.item_reported.set()
+        if LIVE.on_answer == self.model_answered.set:
+            LIVE.on_answer = None
         if self.pipeline is not None:  # trials started ahead of an interrupted run clean up
             self.pipeline.close()
         self.writer.close()
@@ -178,6 +185,8 @@ class BenchSession(SessionTrials):
                 reporter.write_line(f"backintel: WARNING: {change}")
         if self._sweep is not None:
             self._sweep.join()
+        if self.summary_imports is not None:  # one thread imports them, not two at once
+            self.summary_imports.join()
         if self._sandboxes is not None:
             self._sandboxes.teardown_session()
         remove_folder(self.data_dir / "sandbox" / f"{os.getpid()}")  # also after Ctrl-C

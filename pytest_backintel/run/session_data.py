@@ -27,6 +27,7 @@ from pytest_backintel.options import BenchOptions, read_options
 from pytest_backintel.records import run_folder
 from pytest_backintel.records.live import LIVE
 from pytest_backintel.records.power import resolve_trials
+from pytest_backintel.records.summary_imports import BackgroundImports
 from pytest_backintel.records.writer import RecordWriter, new_run_id
 from pytest_backintel.run.analysts import load_analyst
 from pytest_backintel.run.budget import RunBudget
@@ -83,11 +84,15 @@ class SessionData:
         self._sandboxes: SandboxProvider | None = None
         self._tracing: Tracing | None = None
         self._sweep: threading.Thread | None = None
-        self.model_called = threading.Event()
-        """Set when this process's first model request starts (or at the session's end): work
-        that can wait (the PostgreSQL sweep, building the probes) waits for it, so under one
-        GIL it does not delay that request."""
-        LIVE.on_request = self.model_called.set
+        self.summary_imports: BackgroundImports | None = None
+        """The summary's libraries, imported in the background (`records.summary_imports`)."""
+        self.model_answered = threading.Event()
+        """Set when this process's first model request ends, answered or failed (or at the
+        session's end): work that can wait (the PostgreSQL sweep, building the probes, the
+        summary's imports) waits for it, so under one GIL it does not delay that request."""
+        self.item_reported = threading.Event()
+        """Set when pytest reports this process's first item (or at the session's end)."""
+        LIVE.on_answer = self.model_answered.set
         self.budget = RunBudget(self.run_dir, self.options.run_limits)
         self.streak = ProviderStreak(self.run_dir, self.options.max_provider_failures)
         self._header: dict[str, Any] = {}
@@ -189,7 +194,7 @@ class SessionData:
         python = evidence_runner(lambda: self.sandboxes) if with_python else None
         spec, (files, data_hash) = store_spec(scenario, self.options.store), self.dataset(scenario)
         if warm:
-            store, after = self.store_for(scenario), self.model_called.wait
+            store, after = self.store_for(scenario), self.model_answered.wait
             self.probes.warm(spec, store, files, python, data_hash, after)
             return []
         backend = self.store_for(scenario)

@@ -145,6 +145,7 @@ class SessionTrials(SessionData):
         """Note an item pytest counts (`pytest_runtest_logreport`)."""
         if counts_in_pytest(report.when or "", report.passed):
             self.reported.add(report.nodeid)
+            self.item_reported.set()
 
     def write_record(self, item: ScenarioItem, outcome: str, body: dict[str, Any]) -> None:
         dataset = item.scenario.dataset

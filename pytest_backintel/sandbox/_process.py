@@ -70,6 +70,8 @@ class RawRun:
     """False when the launcher never ran: the sandbox itself failed to start."""
     workspace_lost: bool = False
     """True when a tmpfs workspace could not be copied back (nothing left inside to reach)."""
+    note: str = ""
+    """The sandbox's own words on how the run ended, added to its stderr."""
 
 
 class OutputBuffer:
@@ -338,13 +340,13 @@ def to_result(raw: RawRun, limits: Limits) -> ExecResult:
     """
     status = raw.status or {}
     returncode = status.get("returncode")
-    note = ""
+    note = raw.note
     if raw.status is None and raw.killed_for is None:
         if not raw.launcher_started:
             text = raw.stderr.decode("utf-8", "replace")[-2000:]
             raise SandboxError(f"the sandbox could not start (exit {raw.exit_code}): {text}")
         returncode = raw.exit_code if raw.exit_code != 0 else -signal.SIGKILL
-        note = "\n[sandbox: the payload ended without the launcher's report]\n"
+        note += "\n[sandbox: the payload ended without the launcher's report]\n"
     if raw.workspace_lost:
         note += "\n[sandbox: the files this run wrote were lost; earlier runs' files are kept]\n"
     stdout = raw.stdout.decode("utf-8", "replace")

@@ -123,7 +123,9 @@ def run_python_evidence(
     if workdir is None:  # a zygote's child, when the provider has one (`zygote.py`)
         result = forked_run(provider, store_mount, code, limits or provider.limits, channel)
         if result is not None and result.returncode < 0 and result.limit_hit is None:
-            result = None  # a signal no limit explains: the fresh sandbox's end is the record
+            # a signal no limit explains: a forked child is not a fresh process (it inherits
+            # the preloaded libraries' state), so the fresh sandbox's end is the record
+            result = None
     if result is None:
         if channel is not None:
             opened = provider.open(store_mount, workdir, channel)

@@ -13,8 +13,10 @@ folder before it forks the next (`_zygote.py` says how). Limits are those of a f
 rlimits in the child, the cgroup's totals counted from the run's start, wall time, output and
 disk watched by the host (`_process.watch`); what the zygote holds of the preloaded modules is
 the harness's, not counted against a run's memory (in a fresh run a program that imports them
-pays for them). A run the host stops for a limit takes the whole
-zygote with it; a dead or wedged zygote is replaced.
+pays for them). A run the host stops for a limit takes the whole zygote with it; a dead or
+wedged zygote is replaced, and a run whose zygote ended before reporting its end says so. The
+zygote is started by a thread that lasts as long as the harness process (`lasting_start.py`):
+bwrap dies with the thread that starts it, and `warm`'s or a trial's thread ends.
 
 `forked_run` returns None when it cannot run the code (another backend, no writable cgroup, a
 store that is a folder or too large, the zygote busy with other trials' runs for `_WAIT_S`, or
@@ -46,6 +48,7 @@ from pytest_backintel.sandbox._shipped import isolated_env
 from pytest_backintel.sandbox.backintel_store import QUERY_FD_ENV
 from pytest_backintel.sandbox.base import WORKSPACE, ExecResult, SandboxError
 from pytest_backintel.sandbox.cgroup import RunCgroup
+from pytest_backintel.sandbox.lasting_start import start_lasting
 from pytest_backintel.sandbox.limits import Limits
 from pytest_backintel.sandbox.seed import SANDBOX_SEED
 from pytest_backintel.sandbox.workspace_tmpfs import TmpfsWorkspace
@@ -151,15 +154,17 @@ class Zygote:
         argv = self.provider.zygote_argv(self.limits, store_mb=STORE_MB, spec=spec)
         files = [str(f) for f in group.procs_files]
         log = (self._folder / "stderr.txt").open("wb")
-        try:
-            self._proc = subprocess.Popen(
-                ["/bin/sh", "-c", JOIN_CGROUPS, str(len(files)), *files, *argv],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                pass_fds=(inside.fileno(),),
-                start_new_session=True,
+        try:  # bwrap dies with the thread that starts it: one that lasts (`lasting_start.py`)
+            self._proc = start_lasting(
+                lambda: subprocess.Popen(
+                    ["/bin/sh", "-c", JOIN_CGROUPS, str(len(files)), *files, *argv],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                    pass_fds=(inside.fileno(),),
+                    start_new_session=True,
+                )
             )
         finally:
             inside.close()
@@ -220,7 +225,7 @@ class Zygote:
         assert self._control is not None
         assert self._cgroup is not None
         assert self._proc is not None
-        limits = self.limits
+        limits, proc = self.limits, self._proc
         pipes = [os.pipe() for _ in range(3)]
         code_fd = os.memfd_create("code")
         os.write(code_fd, code.encode("utf-8"))
@@ -243,7 +248,7 @@ class Zygote:
         }
         counters = _RunCounters(self._cgroup)
         disk = _Workspace(self._folder / "workspace", WORKSPACE, limits.disk_mb * _MB)
-        disk.start(self._proc.pid)
+        disk.start(proc.pid)
         start = time.monotonic()
         try:
             socket.send_fds(self._control, [json.dumps(request).encode()], passed)
@@ -262,6 +267,9 @@ class Zygote:
         )
         if disk.finish() and killed_for is None:
             killed_for = "disk"
+        lost = ""
+        if killed_for is None and b'"returncode"' not in status_buf:
+            lost = _ended_first(proc, self._folder / "stderr.txt")
         if killed_for is not None or not self._cleaned():
             self.kill()
         with contextlib.suppress(OSError):
@@ -285,6 +293,7 @@ class Zygote:
             duration_s=time.monotonic() - start,
             pids_limit_hit=counters.limit_hit(),
             oom_killed=counters.oom_kills() > 0,
+            note=lost,
         )
         return to_result(raw, limits)
 
@@ -297,6 +306,20 @@ class Zygote:
             return json.loads(self._control.recv(1 << 16) or b"{}").get("done") is True
         except (OSError, ValueError):
             return False
+
+
+def _ended_first(proc: subprocess.Popen[bytes], log: Path) -> str:
+    """The note of a run whose zygote ended before it reported the run's end: bwrap's exit
+    status and the last line the zygote wrote (a traceback's), so the record says it."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=_DONE_S)
+    last = ""
+    with contextlib.suppress(OSError, IndexError):
+        last = "; its last line: " + log.read_text(errors="replace").splitlines()[-1][-300:]
+    rc = proc.returncode
+    status = f"bwrap exit status {rc}" if rc is not None and rc >= 0 else "bwrap still running"
+    status = f"bwrap killed by signal {-rc}" if rc is not None and rc < 0 else status
+    return f"\n[sandbox: the zygote this run was forked from ended first ({status}){last}]\n"
 
 
 def _leave_out_the_zygote(group: RunCgroup, limits: Limits) -> None:
