@@ -300,21 +300,23 @@ def _tree_state(root: Path) -> list[tuple[str, int, int, int]]:
 
 def cached_fingerprint(
     root: Path,
-    physical: Callable[[], str],
+    hashes: Callable[[], tuple[str, str]],
     connect: Callable[[], duckdb.DuckDBPyConnection],
     where: str,
 ) -> Fingerprint:
-    """The physical hash `physical()` (exact sha256 of the item's files under `root`) and the
-    logical one, computed through `connect()` only when neither this process nor the cache on
-    disk (`fingerprint_cache`) has seen that physical hash: identical bytes hold identical
-    content. Raises `StoreError` when a file under `root` changed while the logical fingerprint
-    was computed."""
+    """The physical hash (exact sha256 of the item's files under `root`) and the logical one,
+    computed through `connect()` only when neither this process (by physical hash) nor the
+    cache on disk (`fingerprint_cache`, by the content key) has seen it. `hashes()` gives both:
+    identical bytes hold identical content, so the physical hash is a content key, and an item
+    whose files name its own folder gives one that does not (`FolderItem._content_hashes`).
+    Raises `StoreError` when a file under `root` changed while the logical fingerprint was
+    computed."""
     state = _tree_state(root)
-    digest = physical()
+    digest, key = hashes()
     with _CACHE_LOCK:
         logical = _LOGICAL_CACHE.get(digest)
     if logical is None:
-        logical = read_logical(digest, FINGERPRINT_METHOD)
+        logical = read_logical(key, FINGERPRINT_METHOD)
     if logical is not None:
         _remember(digest, logical)
         return Fingerprint(logical=logical, physical=digest)
@@ -328,7 +330,7 @@ def cached_fingerprint(
     if _tree_state(root) != state:
         raise StoreError(f"store {where} changed while it was fingerprinted")
     _remember(digest, logical)
-    write_logical(digest, FINGERPRINT_METHOD, logical)
+    write_logical(key, FINGERPRINT_METHOD, logical)
     return Fingerprint(logical=logical, physical=digest)
 
 
@@ -356,6 +358,11 @@ class FolderItem(ProvisionedStore):
     def _physical(self) -> str:
         return tree_sha256(self.root)
 
+    def _content_hashes(self) -> tuple[str, str]:
+        """(physical hash, the key of its logical fingerprint on disk): here the same."""
+        physical = self._physical()
+        return physical, physical
+
     def _require(self) -> None:
         if not self.root.is_dir():
             raise StoreError(f"{self.display_id} was torn down; provision a new store")
@@ -380,7 +387,7 @@ class FolderItem(ProvisionedStore):
         cached per physical hash (`cached_fingerprint`)."""
         self._require()
         return cached_fingerprint(
-            self.root, self._physical, self.engine_connection, self.display_id
+            self.root, self._content_hashes, self.engine_connection, self.display_id
         )
 
     def teardown(self) -> None:
