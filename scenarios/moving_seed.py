@@ -22,7 +22,15 @@ from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles
 from stores.engine.folders import remove_folder
 
-__all__ = ["DEFAULT_STORE", "build_seed", "moves_path", "seed_problem", "seeded_scenarios"]
+__all__ = [
+    "DEFAULT_STORE",
+    "Case",
+    "build_seed",
+    "moves_path",
+    "seed_problem",
+    "seeded_scenarios",
+    "world_cases",
+]
 
 DEFAULT_STORE = "sqlite"
 """The store a run takes unless the scenario or `--store` names another (the README's)."""
@@ -38,36 +46,38 @@ def seeded_scenarios(scenarios: Iterable[Scenario]) -> list[Scenario]:
     return [s for s in scenarios if s.answerable and s.check_sql and s.prediction is None]
 
 
-def _values(doc: Mapping[str, Any], scenario: Scenario) -> dict[str, Any]:
-    return dict(doc["references"][scenario.id]["values"] or {})
+Case = tuple[Scenario, DatasetFiles, str, Mapping[str, Any]]
+"""A searched scenario, its dataset's files and data hash, and its reference values."""
 
 
-def _keys(scenarios: list[Scenario], doc: Mapping[str, Any]) -> dict[str, str]:
-    """Scenario id -> the key its search result has on the data of `doc`."""
-    out = {}
-    for scenario in seeded_scenarios(scenarios):
-        ref = _values(doc, scenario)
-        spec = store_spec(scenario, DEFAULT_STORE)
-        texts = answer_texts(ref)
-        out[scenario.id] = move_key(spec, doc["data_hash"], scenario, texts, ref, MOVE_ATTEMPTS)
-    return out
+def world_cases(
+    scenarios: Iterable[Scenario], files: DatasetFiles, doc: Mapping[str, Any]
+) -> list[Case]:
+    """The searched scenarios of one references document (`doc`) on its world's `files`."""
+    return [
+        (s, files, doc["data_hash"], dict(doc["references"][s.id]["values"] or {}))
+        for s in seeded_scenarios(scenarios)
+    ]
 
 
-def build_seed(
-    scenarios: list[Scenario], files: DatasetFiles, doc: Mapping[str, Any], data_root: Path
-) -> str:
-    """The seed file's text: every scenario's full search on `files` (references `doc`)."""
+def _key(case: Case) -> str:
+    scenario, _, data_hash, ref = case
+    spec = store_spec(scenario, DEFAULT_STORE)
+    return move_key(spec, data_hash, scenario, answer_texts(ref), ref, MOVE_ATTEMPTS)
+
+
+def build_seed(cases: list[Case], data_root: Path) -> str:
+    """The seed file's text: every case's full search."""
     backends = StoreBackends(lambda: data_root)
     probes = Probes(lambda: data_root / "perturbed")
     entries: dict[str, tuple[str, MoveEntry]] = {}
     try:
-        keys = _keys(scenarios, doc)
-        for scenario in seeded_scenarios(scenarios):
+        for case in cases:
+            scenario, files, data_hash, ref = case
             spec = store_spec(scenario, DEFAULT_STORE)
             backend = backend_for(backends, scenario, DEFAULT_STORE)
-            ref = _values(doc, scenario)
-            found = search_moves(probes, spec, backend, files, doc["data_hash"], scenario, ref)
-            entries[keys[scenario.id]] = (scenario.id, found[1] if found else MoveEntry((), ()))
+            found = search_moves(probes, spec, backend, files, data_hash, scenario, ref)
+            entries[_key(case)] = (scenario.id, found[1] if found else MoveEntry((), ()))
     finally:
         probes.teardown()
         for folder in backends.teardown():
@@ -75,11 +85,10 @@ def build_seed(
     return render_seed(entries)
 
 
-def seed_problem(path: Path, scenarios: list[Scenario], doc: Mapping[str, Any]) -> str | None:
-    """Why the seed file at `path` is stale for `scenarios` on `doc`'s data (None: current, or
-    no scenario is searched)."""
+def seed_problem(path: Path, cases: list[Case]) -> str | None:
+    """Why the seed file at `path` is stale for `cases` (None: current, or nothing searched)."""
     held = read_seed(path)
-    stale = sorted(sid for sid, key in _keys(scenarios, doc).items() if key not in held)
+    stale = sorted(case[0].id for case in cases if _key(case) not in held)
     if not path.is_file() and stale:
         return f"{path} is missing"
     if stale:

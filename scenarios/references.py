@@ -22,7 +22,7 @@ from typing import Any
 
 from pytest_backintel.collect.loading import load_scenario_file
 from pytest_backintel.scenario import Scenario
-from scenarios.moving_seed import build_seed, moves_path, seed_problem, seeded_scenarios
+from scenarios.moving_seed import build_seed, moves_path, seed_problem, world_cases
 from scenarios.reference_checks import attach_parts, checked_values, computed_reference
 from scenarios.reference_errors import (
     ReferenceError,
@@ -242,12 +242,11 @@ def build_all(
         if write:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-            if seeded_scenarios(scenarios):  # prediction worlds have no probe search
-                seeded = build_seed(scenarios, files, stored, data_root or data_dir())
-                seed.write_text(seeded, encoding="utf-8")
+            if cases := world_cases(scenarios, files, stored):  # none in a prediction world
+                seed.write_text(build_seed(cases, data_root or data_dir()), encoding="utf-8")
         elif not path.is_file() or path.read_text(encoding="utf-8") != text:
             raise ReferencesOutOfDateError(f"{path} differs from a fresh build; {REBUILD_HINT}")
-        elif (why := seed_problem(seed, scenarios, stored)) is not None:
+        elif (why := seed_problem(seed, world_cases(scenarios, files, stored))) is not None:
             raise ReferencesOutOfDateError(
                 f"{why} (the moving-probe search results a fresh clone starts from); {REBUILD_HINT}"
             )

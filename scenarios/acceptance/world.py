@@ -76,6 +76,11 @@ class AcceptanceWorld(ReferencedWorld):
     def config(self) -> dict[str, int]:
         return {"seed": self.seed, "builder": BUILDER_VERSION}
 
+    def moving_probe_seed(self, snapshot: str = "base") -> Path:
+        """The development split's moving-probe search results (`acceptance.moves`), one file
+        beside the manifest for every case."""
+        return self.manifest_dir / "development.moves.json"
+
     @property
     def oracles(self) -> Mapping[str, Oracle]:
         """None: acceptance references live in the manifest, computed at build time."""
