@@ -1,6 +1,6 @@
-"""The development split's moving-probe search results (`scenarios.moving_seed`), committed
-beside its manifest as `development.moves.json` and written or checked with the references by
-`backintel references benchmark`."""
+"""The development split's moving-probe search results (`scenarios.moving_seed`), committed as
+`scenarios/references/acceptance-v1-development.moves.json` and written or checked with the
+references by `backintel references benchmark`."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from pathlib import Path
 
 from pytest_backintel.collect.manifests import bound, manifest_reference
 from pytest_backintel.scenario import Scenario
-from scenarios.acceptance.manifest import MANIFEST_DIR, SUITE, manifest_path
+from scenarios.acceptance.manifest import SUITE, manifest_path
+from scenarios.acceptance.world import MOVES_SEED
 from scenarios.moving_seed import Case, build_seed, seed_problem, seeded_scenarios
 from scenarios.world_base import get_world
 
 __all__ = ["SEED_PATH", "acceptance_seed"]
 
-SEED_PATH = MANIFEST_DIR / "development.moves.json"
+SEED_PATH = MOVES_SEED
 
 
 def _cases(data_root: Path) -> list[Case]:
