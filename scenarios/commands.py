@@ -50,12 +50,21 @@ def _split_build(args: argparse.Namespace) -> int:
 
 
 def _references_build(args: argparse.Namespace) -> int:
-    from scenarios.references import ReferenceError, build_all
+    from scenarios.acceptance.moves import acceptance_seed
+    from scenarios.references import REBUILD_HINT, ReferenceError, build_all
+    from scenarios.world_base import data_dir
 
     try:
         build_all(write=not args.check)
     except ReferenceError as exc:
         print(f"backintel references benchmark: {exc}", file=sys.stderr)
+        return 1
+    if (why := acceptance_seed(not args.check, data_dir())) is not None:
+        print(
+            f"backintel references benchmark: {why} (the moving-probe search results a fresh "
+            f"clone starts from); {REBUILD_HINT}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

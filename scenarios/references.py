@@ -22,6 +22,7 @@ from typing import Any
 
 from pytest_backintel.collect.loading import load_scenario_file
 from pytest_backintel.scenario import Scenario
+from scenarios.moving_seed import build_seed, moves_path, seed_problem, world_cases
 from scenarios.reference_checks import attach_parts, checked_values, computed_reference
 from scenarios.reference_errors import (
     ReferenceError,
@@ -212,7 +213,8 @@ def build_all(
     Scenarios are grouped by world and resolved snapshot (`World.resolve_snapshot`). With
     `write=False` nothing is written and `ReferencesOutOfDateError` is raised when a committed
     file is missing (before building that world's data) or differs from the fresh build.
-    Returns file name -> references document."""
+    Each references file gets its moving-probe seed beside it (`moving_seed`), checked for
+    being current with `write=False`. Returns file name -> references document."""
     groups: dict[tuple[str, str], list[Scenario]] = defaultdict(list)
     worlds: dict[str, World] = {}
     for scenario in load_scenarios(definitions):
@@ -236,11 +238,18 @@ def build_all(
         files = world.ensure_built(data_root or data_dir(), snapshot)
         doc = build_references(scenarios, world, files, snapshot)
         text = render_references(doc)
+        seed, stored = moves_path(path), json.loads(text)
         if write:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
+            if cases := world_cases(scenarios, files, stored):  # none in a prediction world
+                seed.write_text(build_seed(cases, data_root or data_dir()), encoding="utf-8")
         elif not path.is_file() or path.read_text(encoding="utf-8") != text:
             raise ReferencesOutOfDateError(f"{path} differs from a fresh build; {REBUILD_HINT}")
+        elif (why := seed_problem(seed, world_cases(scenarios, files, stored))) is not None:
+            raise ReferencesOutOfDateError(
+                f"{why} (the moving-probe search results a fresh clone starts from); {REBUILD_HINT}"
+            )
         predicted = sum(1 for s in scenarios if s.prediction is not None)
         answerable = sum(1 for s in scenarios if s.answerable) - predicted
         checked = f"{answerable} cross-checked by SQL" + (
@@ -259,6 +268,11 @@ def build_all(
 class ReferencedWorld(World):
     """A world whose references are the committed reference files (computed by the oracles
     for data that has none, such as the real Olist release serving `olist`)."""
+
+    def moving_probe_seed(self, snapshot: str = "base") -> Path:
+        """The committed moving-probe search results beside the snapshot's references
+        (`scenarios.moving_seed`), a read-only seed of a run's cache."""
+        return moves_path(references_path(self.name, self.resolve_snapshot(snapshot)))
 
     def reference(
         self, scenario: Scenario, files: DatasetFiles, data_hash: str

@@ -34,9 +34,11 @@ __all__ = [
     "canonical_rows",
     "encode_cell",
     "encode_row",
+    "file_hashes",
     "file_sha256",
     "logical_digest",
     "summary_digest",
+    "tree_digest",
     "tree_sha256",
 ]
 
@@ -183,10 +185,20 @@ def file_sha256(path: Path) -> str:
 
 def tree_sha256(root: Path) -> str:
     """SHA-256 over every file under `root`: relative path and bytes, in sorted path order."""
+    return tree_digest(file_hashes(root))
+
+
+def file_hashes(root: Path) -> list[tuple[str, str]]:
+    """(relative path, SHA-256 of its bytes) of every file under `root`, in sorted path order."""
     if not root.is_dir():
         raise StoreError(f"cannot hash store folder {root}: not a directory")
+    paths = sorted(p for p in root.rglob("*") if p.is_file())
+    return [(path.relative_to(root).as_posix(), file_sha256(path)) for path in paths]
+
+
+def tree_digest(hashes: Iterable[tuple[str, str]]) -> str:
+    """`tree_sha256` from the files' hashes (`file_hashes`)."""
     digest = hashlib.sha256(b"backintel-tree-v1")
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        rel = path.relative_to(root).as_posix()
-        digest.update(_frame(b"P", rel.encode()) + _frame(b"H", file_sha256(path).encode()))
+    for rel, sha in hashes:
+        digest.update(_frame(b"P", rel.encode()) + _frame(b"H", sha.encode()))
     return digest.hexdigest()

@@ -208,7 +208,18 @@ def test_build_all_writes_then_checks(
     built = build_all(write=True, **kw)
     assert (out / "olist.json").read_text() == (REFERENCES_DIR / "olist.json").read_text()
     assert set(built) == {"olist.json"}
+    seed = out / "olist.moves.json"  # the moving-probe search results, beside the references
+    assert seed.read_text() == (REFERENCES_DIR / "olist.moves.json").read_text()
     build_all(write=False, **kw)
+    doc = json.loads(seed.read_text())
+    gone = doc["entries"].pop(min(doc["entries"]))["scenario"]
+    seed.write_text(json.dumps(doc))
+    with pytest.raises(ReferencesOutOfDateError, match=rf"moves.json is out of date for {gone}"):
+        build_all(write=False, **kw)
+    seed.unlink()
+    with pytest.raises(ReferencesOutOfDateError, match=r"moves.json is missing.*references bench"):
+        build_all(write=False, **kw)
+    build_all(write=True, **kw)
     (out / "olist.json").write_text(
         re.sub(r'"data_hash": "\w+"', '"data_hash": "x"', (out / "olist.json").read_text())
     )

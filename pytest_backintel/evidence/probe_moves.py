@@ -11,8 +11,10 @@ dependants, so another category wins. The data moves as one, so honest evidence 
 still gives what the check query gives. A metric nothing moves is named, and the trial is
 marked unguarded (`DataProbe.still`), never passed silently.
 
-The search runs once per process, scenario and dataset; the copies it builds are cached on
-disk by salt like every other probe's.
+The search runs once per process, scenario and dataset, and its result is kept on disk
+(`probe_move_cache`): a later process builds only the winners and checks that each still moves
+what it moved, searching again on any disagreement. The copies are cached on disk by salt like
+every other probe's.
 """
 
 from __future__ import annotations
@@ -20,19 +22,33 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pytest_backintel.evidence.perturb_families import FAMILY_ATTEMPTS, family_salt
 from pytest_backintel.evidence.probe import DataProbe, Probes, PythonFactory, scenario_key
-from pytest_backintel.evidence.probe_search import quick_checks
+from pytest_backintel.evidence.probe_move_cache import MoveCache, MoveEntry, move_key
+from pytest_backintel.evidence.probe_search import quick_checks, quick_possible
 from pytest_backintel.scenario import Scenario
 from pytest_backintel.tolerance import compare_metric
 from stores.base import DatasetFiles, Store
 
-__all__ = ["MOVE_ATTEMPTS", "answer_texts", "moving_probes", "moving_salt", "unmoved"]
+__all__ = [
+    "MOVE_ATTEMPTS",
+    "SEARCHES",
+    "answer_texts",
+    "moving_probes",
+    "moving_salt",
+    "search_moves",
+    "unmoved",
+]
 
 MOVE_ATTEMPTS = 8
 """Salts tried for a scenario whose answer the usual probes leave in place."""
+
+SEARCHES: list[str] = []
+"""The scenario of every full search this process ran (a cached result replayed is none)."""
 
 
 def moving_salt(attempt: int, moving: tuple[str, ...]) -> int:
@@ -78,6 +94,105 @@ def unmoved(
     return [spec.name for spec in scenario.metrics if spec.name in still]
 
 
+def _searched(base: list[DataProbe], files: DatasetFiles, scenario: Scenario) -> int:
+    """How many salts the search tries: the family probes only on a world's copies."""
+    quick = all(p.copy for p in base) and quick_possible(files, scenario)
+    return MOVE_ATTEMPTS + (FAMILY_ATTEMPTS if quick else 0)
+
+
+def _candidates(searched: int, texts: tuple[str, ...]) -> list[int]:
+    """The salts the search tries, in order."""
+    return [
+        moving_salt(a, texts) if a < MOVE_ATTEMPTS else family_salt(a - MOVE_ATTEMPTS, texts)
+        for a in range(searched)
+    ]
+
+
+@dataclass
+class _Search:
+    """One scenario's search on one dataset: what it needs, and what it found."""
+
+    probes: Probes
+    backend: Store
+    files: DatasetFiles
+    python: PythonFactory | None
+    data_hash: str | None
+    scenario: Scenario
+    reference: dict[str, Any]
+    base: list[DataProbe]
+
+    def variant(self, salt: int, texts: tuple[str, ...]) -> DataProbe | None:
+        args = (self.backend, self.files, self.python, self.data_hash, salt, texts)
+        return self.probes.variant(*args)
+
+    def left(self, still: list[str], probe: DataProbe) -> list[str] | None:
+        return unmoved(self.scenario, {m: self.reference[m] for m in still}, [probe])
+
+    def run(self, still: list[str], searched: int) -> tuple[list[DataProbe], MoveEntry]:
+        """The full search over `searched` salts from `still` (a counted search)."""
+        SEARCHES.append(self.scenario.id)
+        texts = answer_texts(self.reference)
+        quick = quick_checks(self.files, self.scenario, texts) if searched > MOVE_ATTEMPTS else None
+        found: list[DataProbe] = []
+        moves: list[tuple[int, tuple[str, ...]]] = []
+        for salt in _candidates(searched, texts):
+            if quick is not None and not _moved(
+                self.scenario, {m: self.reference[m] for m in still}, quick(salt)
+            ):
+                continue
+            probe = self.variant(salt, texts)
+            if probe is None:
+                break
+            left = self.left(still, probe)
+            if left is not None and len(left) < len(still):
+                found.append(probe)
+                moves.append((salt, tuple(m for m in still if m not in left)))
+                still = left
+            if not still:
+                break
+        return found, MoveEntry(tuple(moves), tuple(still))
+
+    def replay(self, still: list[str], searched: int, entry: MoveEntry) -> list[DataProbe] | None:
+        """The winners of `entry`, each checked to move what it moved (in the search's order,
+        among the salts it tries); None when one does not."""
+        texts = answer_texts(self.reference)
+        order = {salt: i for i, salt in enumerate(_candidates(searched, texts))}
+        salts = [salt for salt, _ in entry.moves]
+        if any(s not in order for s in salts) or salts != sorted(salts, key=order.__getitem__):
+            return None
+        found: list[DataProbe] = []
+        for salt, moved in entry.moves:
+            probe = self.variant(salt, texts)
+            left = None if probe is None else self.left(still, probe)
+            if left is None or not moved or [m for m in still if m not in left] != list(moved):
+                return None
+            assert probe is not None
+            found.append(probe)
+            still = left
+        return found if tuple(still) == entry.unmoved else None
+
+
+def search_moves(
+    probes: Probes,
+    spec: str,
+    backend: Store,
+    files: DatasetFiles,
+    data_hash: str,
+    scenario: Scenario,
+    reference: Mapping[str, Any],
+) -> tuple[str, MoveEntry] | None:
+    """The full search's result and its key, cache or not (`backintel references benchmark`
+    writes the shipped ones as a seed); None when the usual probes move the whole answer."""
+    base = probes.get(spec, backend, files, None, data_hash)
+    search = _Search(probes, backend, files, None, data_hash, scenario, dict(reference), base)
+    still = unmoved(scenario, search.reference, base) if base and scenario.check_sql else None
+    if not still:
+        return None
+    texts = answer_texts(search.reference)
+    key = move_key(spec, data_hash, scenario, texts, search.reference, MOVE_ATTEMPTS)
+    return key, search.run(still, _searched(base, files, scenario))[1]
+
+
 def moving_probes(
     probes: Probes,
     spec: str,
@@ -87,9 +202,11 @@ def moving_probes(
     data_hash: str | None,
     scenario: Scenario,
     reference: Callable[[], Mapping[str, Any]],
+    seed: Path | None = None,
 ) -> list[DataProbe]:
     """The probes of `files` for `scenario`: the usual ones, and those found to move what they
-    leave in place (once per scenario and dataset)."""
+    leave in place (once per scenario and dataset; the search's result is cached on disk under
+    `probes.cache_dir()`, with `seed` behind it, and checked on use)."""
     base = probes.get(spec, backend, files, python, data_hash)
     if not base or not scenario.check_sql or not scenario.answerable:
         return base
@@ -101,37 +218,27 @@ def moving_probes(
         except Exception:  # no reference: the trial reports that itself
             return []
         still = unmoved(scenario, ref, base)
-        found: list[DataProbe] = []
-        texts = answer_texts(ref)
-        quick = (
-            quick_checks(files, scenario, texts) if still and all(p.copy for p in base) else None
+        if not still:
+            return []
+        run = _Search(probes, backend, files, python, data_hash, scenario, ref, base)
+        searched = _searched(base, files, scenario)
+        cache = MoveCache(probes.cache_dir() / "moving-probes", seed)
+        name = (
+            move_key(spec, data_hash, scenario, answer_texts(ref), ref, MOVE_ATTEMPTS)
+            if data_hash
+            else None
         )
-        extra = FAMILY_ATTEMPTS if quick is not None else 0  # world copies only
-        for attempt in range(MOVE_ATTEMPTS + extra if still else 0):
-            salt = (
-                moving_salt(attempt, texts)
-                if attempt < MOVE_ATTEMPTS
-                else family_salt(attempt - MOVE_ATTEMPTS, texts)
-            )
-            if quick is not None and not _moved(
-                scenario, {m: ref[m] for m in still or ()}, quick(salt)
-            ):
-                continue
-            probe = probes.variant(backend, files, python, data_hash, salt, texts)
-            if probe is None:
-                break
-            left = unmoved(scenario, {m: ref[m] for m in still or ()}, [probe])
-            if left is not None and still is not None and len(left) < len(still):
-                found.append(probe)
-                still = left
-            if not still:
-                break
-        if still:
+        entry = cache.read(name) if name else None
+        found = run.replay(still, searched, entry) if entry is not None else None
+        if found is None or entry is None:
+            found, entry = run.run(still, searched)
+            if name:
+                cache.write(name, entry)
+        if entry.unmoved:
             why = (
-                f"the answer does not move under the probe: {', '.join(still)} keeps the "
+                f"the answer does not move under the probe: {', '.join(entry.unmoved)} keeps the "
                 f"reference value on every perturbed copy of the data ({len(base)} usual, "
-                f"{MOVE_ATTEMPTS + extra} searched), so a value copied from the source is not "
-                "caught"
+                f"{searched} searched), so a value copied from the source is not caught"
             )
             for probe in base:
                 probe.still[scenario_key(scenario)] = why

@@ -21,7 +21,15 @@ from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, QueryResult
 from stores.engine.sqlite_copy import build_from_parquet
 
-__all__ = ["quick_checks"]
+__all__ = ["quick_checks", "quick_possible"]
+
+
+def quick_possible(files: DatasetFiles, scenario: Scenario) -> bool:
+    """Whether `quick_checks` looks at `files` (a world of plain Parquet files, a check query),
+    without reading them."""
+    if any(k.startswith("parquet:") for k in files.extra) or not scenario.check_sql:
+        return False
+    return any(files.parquet_dir.glob("*.parquet"))
 
 
 def quick_checks(
@@ -33,11 +41,9 @@ def quick_checks(
 
     from pytest_backintel.evidence.perturb import perturb_tables
 
-    if any(k.startswith("parquet:") for k in files.extra) or not scenario.check_sql:
+    if not quick_possible(files, scenario) or not scenario.check_sql:
         return None
     paths = sorted(files.parquet_dir.glob("*.parquet"))
-    if not paths:
-        return None
     tables = {p.stem: pl.read_parquet(p) for p in paths}
     kinds = {m.name: m.kind for m in scenario.metrics}
     sql = translate(scenario.check_sql, "sqlite")

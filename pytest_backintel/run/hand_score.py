@@ -21,6 +21,7 @@ from pytest_backintel.contract import AnalystAnswer, Refusal, parse_answer
 from pytest_backintel.evidence.item_python import evidence_runner
 from pytest_backintel.evidence.prediction import CHECKS, Check, permutation_run, shuffled_copy
 from pytest_backintel.evidence.probe import DataProbe, Probes, scenario_key
+from pytest_backintel.evidence.probe_move_cache import world_seed
 from pytest_backintel.evidence.probe_moves import moving_probes
 from pytest_backintel.evidence.query_channel import SessionSource
 from pytest_backintel.evidence.reexecute import EvidenceResult, reexecute
@@ -32,6 +33,7 @@ from pytest_backintel.scenario import Scenario
 from pytest_backintel.scoring.prediction import score_prediction
 from pytest_backintel.scoring.score import TrialScore, boundary_reasons, score_answer
 from stores.base import DatasetFiles, ProvisionedStore
+from stores.common.fingerprint_cache import use_folder
 
 __all__ = ["SCORED", "HandScorer", "rescore_run"]
 
@@ -45,6 +47,7 @@ class HandScorer:
         self.sandbox_name = sandbox
         self.backends = StoreBackends(lambda: data_dir)
         self.probes = Probes(lambda: data_dir / "perturbed")
+        use_folder(data_dir / "fingerprints")
         self.probe_gaps: list[str] = []
         """The tables the last answer's data probes kept whole, with why."""
         self.probe_unguarded: str | None = None
@@ -108,7 +111,8 @@ class HandScorer:
         files, data_hash = self.dataset(scenario)
         backend = backend_for(self.backends, scenario, self.default_store)
         args = (spec, backend, files, self._python, data_hash, scenario)
-        return moving_probes(self.probes, *args, lambda: self.reference(scenario, manifest))
+        seed = world_seed(world_for(scenario.dataset), scenario.dataset.snapshot)
+        return moving_probes(self.probes, *args, lambda: self.reference(scenario, manifest), seed)
 
     def unmoved(self, scenario: Scenario) -> str | None:
         """Why no data probe moves the scenario's answer, if none does."""

@@ -22,6 +22,7 @@ from pytest_backintel.collect.worlds import World, data_dir
 from pytest_backintel.evidence.item_python import ItemPython, evidence_runner
 from pytest_backintel.evidence.prediction import Check, shuffled_copy
 from pytest_backintel.evidence.probe import DataProbe, Probes
+from pytest_backintel.evidence.probe_move_cache import world_seed
 from pytest_backintel.evidence.probe_moves import moving_probes
 from pytest_backintel.options import BenchOptions, read_options
 from pytest_backintel.records import run_folder
@@ -45,6 +46,7 @@ from pytest_backintel.sandbox.registry import UnknownSandboxError, create_provid
 from pytest_backintel.sandbox.zygote import warm
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, ProvisionedStore, Store
+from stores.common.fingerprint_cache import use_folder
 
 if TYPE_CHECKING:
     from pytest_backintel.records.tracing import Tracing
@@ -81,6 +83,7 @@ class SessionData:
         self._analyst: Analyst | None = None
         self.backends = StoreBackends(lambda: self.data_dir)
         self.probes = Probes(lambda: self.data_dir / "perturbed")
+        use_folder(self.data_dir / "fingerprints")
         self._sandboxes: SandboxProvider | None = None
         self._tracing: Tracing | None = None
         self._sweep: threading.Thread | None = None
@@ -201,7 +204,9 @@ class SessionData:
         if reference is None:
             return self.probes.get(spec, backend, files, python, data_hash)
         args = (spec, backend, files, python, data_hash, scenario, reference)
-        return moving_probes(self.probes, *args)
+        key = (scenario.dataset.world, scenario.dataset.snapshot)
+        world = self._worlds[key][2] if key in self._worlds else world_for(scenario.dataset)
+        return moving_probes(self.probes, *args, world_seed(world, scenario.dataset.snapshot))
 
     def permuted_python(
         self, scenario: Scenario, check: Check = "labels"

@@ -35,11 +35,15 @@ from scenarios.acceptance.rotation import RETIRED_PATH, retired_manifest
 from scenarios.acceptance.sealing import COMMITMENT_PATH, load_commitment, unseal, unsealed_path
 from scenarios.acceptance.storage import fingerprint
 from scenarios.acceptance.verify import case_problems
-from scenarios.references import ReferencedWorld
+from scenarios.references import REFERENCES_DIR, ReferencedWorld
 from scenarios.world_base import Oracle
 from stores.base import DatasetFiles
 
-__all__ = ["AcceptanceWorld"]
+__all__ = ["MOVES_SEED", "AcceptanceWorld"]
+
+
+MOVES_SEED = REFERENCES_DIR / f"{SUITE}-development.moves.json"
+"""The development split's moving-probe search results (`scenarios.acceptance.moves`)."""
 
 
 class AcceptanceWorld(ReferencedWorld):
@@ -75,6 +79,12 @@ class AcceptanceWorld(ReferencedWorld):
     @property
     def config(self) -> dict[str, int]:
         return {"seed": self.seed, "builder": BUILDER_VERSION}
+
+    def moving_probe_seed(self, snapshot: str = "base") -> Path:
+        """The development split's moving-probe search results (`acceptance.moves`), one file
+        for every case, beside the other worlds' (a `.json` beside the manifest would be
+        collected as one)."""
+        return MOVES_SEED
 
     @property
     def oracles(self) -> Mapping[str, Oracle]:

@@ -39,14 +39,16 @@ from stores.base import (
     TableInfo,
 )
 from stores.common.caps import ResultCollector, cell_cap, statement_body
+from stores.common.fingerprint_cache import read_logical, write_logical
 from stores.engine.caps import duckdb_capped_select, duckdb_infinite_columns
 from stores.engine.folders import copy_folder, remove_folder, template_dir
 from stores.engine.plans import DuckDBPlans
 from stores.engine.policy import check_functions, classify_error, quote_literal
 from stores.engine.process import IsolatedSession
-from stores.fingerprint import summary_digest, tree_sha256
+from stores.fingerprint import SUMMARY_VERSION, summary_digest, tree_sha256
 
 __all__ = [
+    "FINGERPRINT_METHOD",
     "DuckDBSession",
     "FolderItem",
     "cached_fingerprint",
@@ -278,6 +280,10 @@ def logical_fingerprint(conn: duckdb.DuckDBPyConnection) -> str:
     return summary_digest(summaries)
 
 
+FINGERPRINT_METHOD = f"{SUMMARY_VERSION.decode()}/duckdb-{duckdb.__version__}"
+"""What names a logical fingerprint kept on disk besides the physical hash (`fingerprint_cache`):
+the summary's version and the engine that computed it."""
+
 _LOGICAL_CACHE: OrderedDict[str, str] = OrderedDict()
 _CACHE_SIZE = 256
 _CACHE_LOCK = threading.Lock()
@@ -294,19 +300,25 @@ def _tree_state(root: Path) -> list[tuple[str, int, int, int]]:
 
 def cached_fingerprint(
     root: Path,
-    physical: Callable[[], str],
+    hashes: Callable[[], tuple[str, str]],
     connect: Callable[[], duckdb.DuckDBPyConnection],
     where: str,
 ) -> Fingerprint:
-    """The physical hash `physical()` (exact sha256 of the item's files under `root`) and the
-    logical one, computed through `connect()` only when this process has not seen that physical
-    hash before: identical bytes hold identical content. Raises `StoreError` when a file under
-    `root` changed while the logical fingerprint was computed."""
+    """The physical hash (exact sha256 of the item's files under `root`) and the logical one,
+    computed through `connect()` only when neither this process (by physical hash) nor the
+    cache on disk (`fingerprint_cache`, by the content key) has seen it. `hashes()` gives both:
+    identical bytes hold identical content, so the physical hash is a content key, and an item
+    whose files name its own folder gives one that does not (`FolderItem._content_hashes`).
+    Raises `StoreError` when a file under `root` changed while the logical fingerprint was
+    computed."""
     state = _tree_state(root)
-    digest = physical()
+    digest, key = hashes()
     with _CACHE_LOCK:
         logical = _LOGICAL_CACHE.get(digest)
+    if logical is None:
+        logical = read_logical(key, FINGERPRINT_METHOD)
     if logical is not None:
+        _remember(digest, logical)
         return Fingerprint(logical=logical, physical=digest)
     conn = connect()
     try:
@@ -317,11 +329,17 @@ def cached_fingerprint(
         conn.close()
     if _tree_state(root) != state:
         raise StoreError(f"store {where} changed while it was fingerprinted")
+    _remember(digest, logical)
+    write_logical(key, FINGERPRINT_METHOD, logical)
+    return Fingerprint(logical=logical, physical=digest)
+
+
+def _remember(digest: str, logical: str) -> None:
     with _CACHE_LOCK:
         _LOGICAL_CACHE[digest] = logical
+        _LOGICAL_CACHE.move_to_end(digest)
         while len(_LOGICAL_CACHE) > _CACHE_SIZE:
             _LOGICAL_CACHE.popitem(last=False)
-    return Fingerprint(logical=logical, physical=digest)
 
 
 class FolderItem(ProvisionedStore):
@@ -339,6 +357,11 @@ class FolderItem(ProvisionedStore):
 
     def _physical(self) -> str:
         return tree_sha256(self.root)
+
+    def _content_hashes(self) -> tuple[str, str]:
+        """(physical hash, the key of its logical fingerprint on disk): here the same."""
+        physical = self._physical()
+        return physical, physical
 
     def _require(self) -> None:
         if not self.root.is_dir():
@@ -364,7 +387,7 @@ class FolderItem(ProvisionedStore):
         cached per physical hash (`cached_fingerprint`)."""
         self._require()
         return cached_fingerprint(
-            self.root, self._physical, self.engine_connection, self.display_id
+            self.root, self._content_hashes, self.engine_connection, self.display_id
         )
 
     def teardown(self) -> None:

@@ -3,6 +3,8 @@ lake-parquet, files and iceberg stores, and the catalog a DuckDB source's probe 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import duckdb
 
 from stores.base import Attachment, Store, StoreError, new_store_id
 from stores.engine.common import FolderItem, copy_folder, open_guarded, quote_ident, remove_folder
+from stores.fingerprint import file_hashes, file_sha256, tree_digest
 
 __all__ = ["CATALOG", "DATA", "ProvisionedViews", "build_view_catalog", "provision_views"]
 
@@ -18,6 +21,10 @@ CATALOG = "catalog.duckdb"
 
 
 DATA = "data"
+
+
+ITEM_MARK = "\0backintel-item-folder\0"
+"""Stands for an item's own folder in its catalog's content key (no path holds a NUL byte)."""
 
 
 def build_view_catalog(db_path: Path, views: Mapping[str, str]) -> None:
@@ -46,6 +53,22 @@ class ProvisionedViews(FolderItem):
     def _open(self) -> duckdb.DuckDBPyConnection:
         return open_guarded(self.root / CATALOG, allowed_dirs=[self.root / DATA])
 
+    built: tuple[str, str] | None = None
+    """(sha256 of the catalog as `provision_views` wrote it, a digest of its views with the
+    item's folder replaced by `ITEM_MARK`); None: not known."""
+
+    def _content_hashes(self) -> tuple[str, str]:
+        """The physical hash, and a content key for the logical fingerprint on disk: every
+        item's catalog names the item's own folder, so no two items share their bytes. While
+        the catalog is the one built, its views (the folder replaced by a mark) and the data
+        files' hashes name what it reads; a changed catalog is keyed by its bytes."""
+        hashes = file_hashes(self.root)
+        physical = tree_digest(hashes)
+        if self.built is None or dict(hashes).get(CATALOG) != self.built[0]:
+            return physical, physical
+        data = [(rel, sha) for rel, sha in hashes if rel != CATALOG]
+        return physical, tree_digest([*data, (CATALOG, self.built[1])])
+
 
 def provision_views(
     store: Store,
@@ -69,4 +92,8 @@ def provision_views(
         raise StoreError(
             f"cannot build the view catalog for {store.name}:{store_id}: {exc}"
         ) from exc
-    return ProvisionedViews(store.name, store_id, root, store.statement_timeout_s)
+    item = ProvisionedViews(store.name, store_id, root, store.statement_timeout_s)
+    marked = {name: select.replace(str(root), ITEM_MARK) for name, select in views.items()}
+    text = json.dumps(["views-v1", sorted(marked.items())])
+    item.built = (file_sha256(root / CATALOG), hashlib.sha256(text.encode()).hexdigest())
+    return item
