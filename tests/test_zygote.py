@@ -8,10 +8,12 @@ preloads a short list of modules (its start-up is the slow part; what it isolate
 
 from __future__ import annotations
 
+import gc
 import json
 import sqlite3
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -199,6 +201,32 @@ def test_the_query_channel_is_the_items_own(bwrap: BwrapProvider, tmp_path: Path
         backend.teardown_session()
     assert printed == {"n": 30, "run": False, "fds": ["0", "1", "2", "3", "4"]}
     assert python.evidence_sql == [["SELECT sum(x) AS n FROM t"]]
+
+
+def test_the_channel_end_handed_to_a_run_is_closed_once(
+    bwrap: BwrapProvider, tmp_path: Path
+) -> None:
+    """The child's end of its channel is closed right after it is handed over, and nothing
+    closes that number again later: a second close would hit whatever descriptor the harness
+    opened under it since (seen as `Bad file descriptor` closing another run's channel)."""
+    db = _store(tmp_path / "src" / "shop.sqlite", 3)
+    backend = SQLiteStore(tmp_path / "stores")
+    item = backend.provision(DatasetFiles("shop", db.parent, sqlite_path=db))
+    python = ItemPython(bwrap, None, item.connect)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            printed = python.evidence(
+                "import json, backintel_store as bs\n"
+                "print(json.dumps(bs.query('SELECT sum(x) AS n FROM t')[0]))"
+            )
+            gc.collect()
+    finally:
+        python.close()
+        item.teardown()
+        backend.teardown_session()
+    assert printed == {"n": 30}
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
 
 @pytest.mark.parametrize(

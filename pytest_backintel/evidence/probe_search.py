@@ -19,7 +19,6 @@ from pytest_backintel.evidence.dialects import translate
 from pytest_backintel.evidence.values import EVIDENCE_MAX_ROWS, values_from_result
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, QueryResult
-from stores.engine.sqlite_copy import build_from_parquet
 
 __all__ = ["quick_checks", "quick_possible"]
 
@@ -40,6 +39,7 @@ def quick_checks(
     import polars as pl
 
     from pytest_backintel.evidence.perturb import perturb_tables
+    from stores.engine.sqlite_copy import build_from_parquet
 
     if not quick_possible(files, scenario) or not scenario.check_sql:
         return None

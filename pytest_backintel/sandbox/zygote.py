@@ -234,8 +234,8 @@ class Zygote:
         if store is not None:
             passed.append(os.open(store, os.O_RDONLY | os.O_CLOEXEC))
         relay = ChannelRelay(channel) if channel is not None else None
-        if relay is not None:
-            passed.append(relay.inside.fileno())
+        if relay is not None:  # handed over: closed below with the others, and only there
+            passed.append(relay.inside.detach())
         env = isolated_env(limits, store, channel)
         if relay is not None:
             env[QUERY_FD_ENV] = "3"  # `_zygote.CHANNEL_FD`
