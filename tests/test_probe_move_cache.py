@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from test_own_data import backintel
-from test_probe_moves import SCENARIOS, TRUTH, project, score, write_sqlite
+from test_probe_moves import SCENARIOS, TRUTH, UNMOVED, project, score, write_sqlite
 
 from pytest_backintel.collect.backends import backend_for, store_spec
 from pytest_backintel.collect.loading import load_scenario_file
@@ -20,24 +20,13 @@ from pytest_backintel.evidence.probe_moves import SEARCHES, moving_probes, movin
 from pytest_backintel.run.hand_score import HandScorer
 from pytest_backintel.scenario import Scenario
 
-SAME = {
-    "ratio-one": (
-        "What is the ratio?",
-        "r",
-        "count",
-        "ratio",
-        "SELECT COUNT(*) / COUNT(*) AS r FROM events",
-    )
-}
-"""An answer no probe moves (`COUNT(*) / COUNT(*)` is 1 on every copy)."""
-
 
 @pytest.fixture(scope="module")
 def saas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A project of the top-plan and ratio-one scenarios over a SQLite file, references locked
     (its commands keep their data in `<project>/data`)."""
     tmp = tmp_path_factory.mktemp("moves")
-    scenarios = {"top-plan": SCENARIOS["top-plan"], **SAME}
+    scenarios = {"top-plan": SCENARIOS["top-plan"], **UNMOVED}
     folder = project(tmp / "p", "{sqlite: ../saas.sqlite}", scenarios)
     write_sqlite(folder / "saas.sqlite")
     with pytest.MonkeyPatch.context() as env:

@@ -170,27 +170,30 @@ def test_a_literal_fails_every_answer_the_usual_probes_leave_in_place(
         assert cheat["outcome"] == "unsupported_evidence", (sid, cheat)
 
 
+UNMOVED = {
+    "ratio-one": (
+        "What is the ratio?",
+        "r",
+        "count",
+        "ratio",
+        "SELECT COUNT(*) / COUNT(*) AS r FROM events",
+    )
+}
+"""An answer no probe moves (`COUNT(*) / COUNT(*)` is 1 on every copy)."""
+
+
 def test_an_answer_nothing_moves_is_marked_unguarded(tmp_path: Path) -> None:
     """`COUNT(*) / COUNT(*)` is 1 on every copy of the data: the honest answer passes, and the
     score says the probe could not move it rather than passing it silently, and `references
     build` says so once for the scenario."""
     write_sqlite(tmp_path / "saas.sqlite")
-    same = {
-        "ratio-one": (
-            "What is the ratio?",
-            "r",
-            "count",
-            "ratio",
-            "SELECT COUNT(*) / COUNT(*) AS r FROM events",
-        )
-    }
-    folder = project(tmp_path, "{sqlite: ../saas.sqlite}", same)
+    folder = project(tmp_path, "{sqlite: ../saas.sqlite}", UNMOVED)
     build = backintel(folder, "references", "build")
     assert build.returncode == 0, build.stderr
     said = [line for line in build.stdout.splitlines() if "UNGUARDED" in line]
     assert len(said) == 1, build.stdout
     assert "ratio-one.scenario.yaml: UNGUARDED: the answer does not move" in said[0]
-    got = score(folder, "ratio-one", "r", 1, same["ratio-one"][4])
+    got = score(folder, "ratio-one", "r", 1, UNMOVED["ratio-one"][4])
     assert got["outcome"] == "pass", got
     assert "does not move under the probe: r keeps" in str(got["probe_unguarded"]), got
 
