@@ -95,3 +95,27 @@ def test_every_new_path_of_the_map_imports_and_no_old_module_is_left() -> None:
             continue
         importlib.import_module(new)
         assert not (ROOT / (old.replace(".", "/") + ".py")).exists(), f"{old} is still there"
+
+
+def test_code_of_the_last_release_fails_to_import_then_runs_after_the_rewrite(
+    tmp_path: Path,
+) -> None:
+    """`build_from_parquet` moved from `stores.common.sqlite_file` to `stores.engine.sqlite_copy`
+    in this release: a store written against the last one stops at the import, and the one
+    command the docs give moves it."""
+    code = tmp_path / "mine.py"
+    code.write_text(
+        "from stores.common.sqlite_file import build_from_parquet, quote_ident\n"
+        "BUILD, QUOTE = build_from_parquet, quote_ident\n"
+    )
+    run = [sys.executable, "-c", "import mine; print(mine.BUILD.__module__)"]
+    before = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True)
+    assert before.returncode == 1
+    assert "cannot import name 'build_from_parquet'" in before.stderr
+    subprocess.run([*TOOL, str(code)], capture_output=True, text=True, check=True)
+    assert code.read_text().splitlines()[:2] == [
+        "from stores.engine.sqlite_copy import build_from_parquet",
+        "from stores.common.sqlite_file import quote_ident",
+    ]
+    after = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert after.stdout.strip() == "stores.engine.sqlite_copy"

@@ -4,6 +4,7 @@ references by `backintel references benchmark`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pytest_backintel.collect.manifests import bound, manifest_reference
@@ -13,14 +14,10 @@ from scenarios.acceptance.world import MOVES_SEED
 from scenarios.moving_seed import Case, build_seed, seed_problem, seeded_scenarios
 from scenarios.world_base import get_world
 
-__all__ = ["SEED_PATH", "acceptance_seed"]
-
-SEED_PATH = MOVES_SEED
+__all__ = ["acceptance_seed"]
 
 
 def _cases(data_root: Path) -> list[Case]:
-    import json
-
     path = manifest_path("development")
     found = [
         bound(Scenario.model_validate(c["scenario"])) for c in json.loads(path.read_text())["cases"]
@@ -38,6 +35,6 @@ def acceptance_seed(write: bool, data_root: Path) -> str | None:
     """Write the seed (`write`), or say why the committed one is stale (None: current)."""
     cases = _cases(data_root)
     if write:
-        SEED_PATH.write_text(build_seed(cases, data_root), encoding="utf-8")
+        MOVES_SEED.write_text(build_seed(cases, data_root), encoding="utf-8")
         return None
-    return seed_problem(SEED_PATH, cases)
+    return seed_problem(MOVES_SEED, cases)

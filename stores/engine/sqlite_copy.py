@@ -52,13 +52,14 @@ def build_from_parquet(files: list[Path], dest: Path) -> None:
     tmp = dest.with_name(f"{dest.name}.{secrets.token_hex(4)}.tmp")
     try:
         for file in files:
-            schema = pq.read_schema(file)
+            parquet = pq.ParquetFile(file)
+            schema = parquet.schema_arrow
             specs = [parquet_column(f) for f in schema]
             names = [quote_ident(f.name) for f in schema]
             cols = ", ".join(f"{n} {t}".rstrip() for n, (t, _) in zip(names, specs, strict=True))
             with _connection(tmp) as conn:
                 conn.execute(f"CREATE TABLE {quote_ident(file.stem)} ({cols})")
-            big = pq.ParquetFile(file).metadata.num_rows >= DUCKDB_ROWS
+            big = parquet.metadata.num_rows >= DUCKDB_ROWS
             if not (big and _copied(file, tmp, [f.name for f in schema])):
                 _insert_cells(file, tmp, names, [conv for _, conv in specs])
     except (sqlite3.Error, OSError, StoreError) as exc:
@@ -163,8 +164,8 @@ def copy_rows(file: Path, sqlite_path: Path, table: str, columns: list[str]) -> 
         source = f"read_parquet({quote_literal(str(file))})"
         described = conn.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
         names = [str(row[0]) for row in described]
-        if names != columns or len({n.lower() for n in names}) != len(names):
-            return False  # names DuckDB folds together or reads otherwise: the Python path
+        if names != columns:
+            return False  # names DuckDB reads otherwise: the Python path
         cells = [cell_sql(str(row[0]), str(row[1])) for row in described]
         dated = [str(r[0]) for r in described if str(r[1]).upper() in ("DATE", "TIMESTAMP")]
         if any(c is None for c in cells) or not _in_year_range(conn, source, dated):

@@ -196,9 +196,9 @@ class PostgresSourceStore(Store):
             sweep_stale(self.source_dsn)
 
     def _write_marker(self) -> None:
-        """The store folder's record for `backintel clean` (`stores.pg_sweep.SOURCE_FILE`):
-        the DSN without its password, the variable it came from, the roles made and not yet
-        dropped; replaced atomically."""
+        """The store folder's record for `backintel clean`
+        (`stores.postgres.sweep.SOURCE_FILE`): the DSN without its password, the variable it
+        came from, the roles made and not yet dropped; replaced atomically."""
         if not self.workdir.is_dir():  # no session set up here: no folder to keep it in
             return
         doc: dict[str, object] = {"dsn": without_password(self.source_dsn), "env": self.dsn_env}
