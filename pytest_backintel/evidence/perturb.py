@@ -18,6 +18,10 @@ while the data moved. The copy keeps referential integrity, so a correct query s
 A table whose rows cannot be dropped is named, with why, in the copy's notes (`notes_of`),
 which the run shows in its records and `run.json`.
 
+Which rows drop and what moves is planned from the key columns alone (`perturb_plan`); a
+built world's copy is then written a batch of rows at a time (`perturb_stream`), in bounded
+memory, and `perturb_tables` applies the same plan to frames in memory.
+
 The copy is built once per source and salt as Parquet (under a file lock, renamed into place
 when complete) and provisioned through the same `Store` interface as the real copy.
 """
@@ -29,13 +33,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_backintel.evidence.perturb_families import apply_family
+from pytest_backintel.evidence.perturb_plan import entity_key, plan_drops
+from pytest_backintel.evidence.perturb_stream import perturb_parquet
 from stores.base import DatasetFiles
 from stores.common.schema_keys import DeclaredKeys, ForeignKey
 from stores.common.view_plan import (
     DONE_FILE,
     MIN_ROWS,
-    MOVING_ONE_IN,
     PERTURB_VERSION,
     build_once,
     id_like,
@@ -43,7 +47,6 @@ from stores.common.view_plan import (
     write_done,
 )
 from stores.engine.sqlite_copy import build_from_parquet
-from stores.probe import shift_factor
 
 if TYPE_CHECKING:  # polars is imported where a copy is built, not where a built one is found
     import polars as pl
@@ -54,6 +57,7 @@ __all__ = [
     "MIN_ROWS",
     "PERTURB_VERSION",
     "build_once",
+    "entity_key",
     "id_like",
     "key_names",
     "notes_of",
@@ -65,46 +69,6 @@ __all__ = [
 
 SQLITE_FILE = "perturbed.sqlite"
 """The copy as one SQLite database, beside its Parquet files."""
-DROP_ONE_IN = 4
-
-
-def _dropped(values: pl.Series, salt: int, one_in: int) -> pl.Series:
-    """The deterministic sample of key values that the copy drops (about one in `one_in`)."""
-    unique = values.unique()
-    return unique.filter(unique.hash(seed=salt) % one_in == 0)
-
-
-def _hits(df: pl.DataFrame, col: str, values: pl.Series) -> pl.Expr:
-    """Rows whose `col` is among `values` (compared as text when the types differ)."""
-    import polars as pl
-
-    if df.schema[col] == values.dtype:
-        return pl.col(col).is_in(values.implode())
-    return pl.col(col).cast(pl.String).is_in(values.cast(pl.String).implode())
-
-
-def _unique(df: pl.DataFrame, cols: list[str]) -> bool:
-    """No NULL in `cols` and no two rows with the same values there."""
-    if any(df[c].null_count() for c in cols):
-        return False
-    if len(cols) == 1:
-        return bool(df[cols[0]].n_unique() == df.height)
-    return bool(df.select(cols).n_unique() == df.height)
-
-
-def entity_key(df: pl.DataFrame, names: dict[str, str], declared: list[str] | None) -> list[str]:
-    """The columns that identify a row: the declared primary key, else the first unique
-    id-like column, else every id-like column together when unique (a link table's
-    composite key); empty when there is none."""
-    if declared and all(c in df.columns for c in declared):
-        return list(declared)
-    like = [c for c in df.columns if id_like(c) or id_like(names[c])]
-    for col in like:
-        if _unique(df, [col]):
-            return [col]
-    if len(like) > 1 and _unique(df, like):
-        return like
-    return []
 
 
 def _without_orphans(
@@ -136,26 +100,6 @@ def _without_orphans(
     return frames
 
 
-def _scale(df: pl.DataFrame, skip: set[str], salt: int, counter: list[int]) -> pl.DataFrame:
-    """Every floating-point and DECIMAL column (keys aside) scaled by a factor that varies by
-    row and column; a DECIMAL is cast back to its own precision, a value it cannot hold kept."""
-    import polars as pl
-
-    scaled = []
-    for col, dtype in df.schema.items():
-        if col in skip or not (dtype.is_float() or isinstance(dtype, pl.Decimal)):
-            continue
-        counter[0] += 1
-        index = pl.int_range(pl.len(), dtype=pl.Int64)
-        step = (index * 2654435761 + counter[0] * 97 + salt * 7919) % 8 + 1
-        if isinstance(dtype, pl.Decimal):
-            value = pl.col(col).cast(pl.Float64) * (1 + step / 16)
-            scaled.append(value.cast(dtype, strict=False).fill_null(pl.col(col)).alias(col))
-        else:
-            scaled.append((pl.col(col) * (1 + step / 16)).cast(dtype).alias(col))
-    return df.with_columns(scaled) if scaled else df
-
-
 def perturb_tables(
     tables: dict[str, pl.DataFrame],
     salt: int = 1,
@@ -169,133 +113,23 @@ def perturb_tables(
     `moving` (a probe that must move an answer, `view_plan.moving_plans`): small tables drop
     rows too, integer columns that are no key grow, and rows holding one of its values in a
     text column are dropped with their dependants."""
-    import polars as pl
-
     keys = keys or DeclaredKeys()
-    min_rows, one_in = (MIN_ROWS, DROP_ONE_IN) if moving is None else (1, MOVING_ONE_IN)
-    names = {t: key_names(t, df.columns) for t, df in tables.items()}
-    entity: dict[str, tuple[str, str]] = {}  # key name -> (table, column) it identifies
-    drops: dict[str, pl.Series] = {}
-    direct: dict[str, pl.Expr] = {}  # tables whose own sampled rows are dropped by a hash
-    key_cols: dict[str, list[str]] = {}
-    for table, df in sorted(tables.items()):
-        cols = entity_key(df, names[table], keys.primary.get(table))
-        key_cols[table] = cols
-        if not cols or df.height < min_rows:
-            continue
-        name = names[table][cols[0]]
-        if len(cols) == 1 and name != "id" and id_like(name) and name not in entity:
-            entity[name] = (table, cols[0])
-            drops[name] = _dropped(df[cols[0]], salt, one_in)
-        else:
-            direct[table] = pl.struct(cols).hash(seed=salt) % one_in == 0
-    linked = _linked(tables, key_cols, names, entity, keys)
-    for table, df in sorted(tables.items()):
-        if not key_cols[table] and table not in linked and df.height >= min_rows:
-            direct[table] = pl.struct(df.columns).hash(seed=salt) % one_in == 0
-        texts = [c for c, t in df.schema.items() if t == pl.String]
-        for col in texts if moving else []:
-            hit = pl.col(col).is_in(list(moving or ())).fill_null(False)
-            direct[table] = direct[table] | hit if table in direct else hit
-    conditions: dict[str, pl.Expr] = {}
-    changed = True
-    while changed:
-        changed = False
-        for table, df in sorted(tables.items()):
-            cond = direct.get(table, pl.lit(False))
-            for col, name in names[table].items():
-                if name in drops and len(drops[name]):
-                    cond = cond | _hits(df, col, drops[name])
-            conditions[table] = cond.fill_null(False)
-            for name, (owner, col) in entity.items():
-                if owner == table:
-                    gone = df.filter(conditions[table])[col]
-                    if len(gone) > len(drops[name]):
-                        drops[name], changed = gone, True
-    out = {t: df.filter(~conditions[t]) for t, df in tables.items()}
+    plan = plan_drops(
+        {t: df.schema for t, df in tables.items()},
+        {t: df.height for t, df in tables.items()},
+        lambda table, columns: tables[table].select(columns),
+        salt,
+        keys,
+        moving,
+    )
+    out = {t: plan.kept(t, df) for t, df in tables.items()}
     out = _without_orphans(out, keys.foreign)
-    skip = {(t, c) for t, cols in key_cols.items() for c in cols}
-    skip |= {(t, c) for t, cols, _, _ in keys.foreign for c in cols}
-    counter = [0]
     for table in sorted(out):
-        fixed = {c for t, c in skip if t == table}
-        out[table] = _scale(out[table], fixed, salt, counter)
-        if moving is not None:
-            out[table] = _shift(out[table], fixed, salt)
-            joins = {c for c, name in names[table].items() if name in entity}
-            out[table] = apply_family(out[table], fixed | joins, salt, tables[table])
+        out[table] = plan.transform(table, out[table], 0, tables[table])
     if notes is not None:
-        notes.extend(_gaps(tables, out, key_cols, linked, min_rows))
+        heights = {t: df.height for t, df in tables.items()}
+        notes.extend(plan.gaps(heights, lambda t: out[t].equals(tables[t])))
     return out
-
-
-def _shift(df: pl.DataFrame, skip: set[str], salt: int) -> pl.DataFrame:
-    """Integer columns that are no key grown by `shift_factor` sixteenths (0 and 1 stay)."""
-    import polars as pl
-
-    k = shift_factor(salt)
-    grown = [
-        (pl.col(c) + (pl.col(c).cast(pl.Int64) * k / 16).cast(pl.Int64)).cast(t).alias(c)
-        for c, t in df.schema.items()
-        if t.is_integer() and c not in skip and not id_like(c)
-    ]
-    return df.with_columns(grown) if grown else df
-
-
-def _linked(
-    tables: dict[str, pl.DataFrame],
-    key_cols: dict[str, list[str]],
-    names: dict[str, dict[str, str]],
-    entity: dict[str, tuple[str, str]],
-    keys: DeclaredKeys,
-) -> set[str]:
-    """The tables whose rows drop with a row they point at (declared foreign key, or a
-    column named as another table's entity key)."""
-    linked = {t for t, _, p, _ in keys.foreign if key_cols.get(p) and t in tables}
-    for table, cols in names.items():
-        if any(n in entity and entity[n][0] != table for n in cols.values()):
-            linked.add(table)
-    return linked
-
-
-def _gaps(
-    tables: dict[str, pl.DataFrame],
-    out: dict[str, pl.DataFrame],
-    key_cols: dict[str, list[str]],
-    linked: set[str],
-    min_rows: int,
-) -> list[str]:
-    """The tables whose rows the copy cannot drop, each with why and whether its numbers
-    still move (a table with no key drops rows by a hash of the whole row)."""
-    gaps = []
-    for table, df in sorted(tables.items()):
-        if table in linked or df.height >= min_rows:
-            continue
-        moved = (
-            "its numbers are rescaled"
-            if not out[table].equals(df)
-            else "nothing in it changes, so a count or a literal over it alone is not caught"
-        )
-        why = f"it has fewer than {min_rows} rows"
-        gaps.append(f"table {table!r} keeps every row: {why}; {moved}")
-    return gaps
-
-
-def _perturb_parquet(
-    src: Path,
-    dst: Path,
-    salt: int,
-    notes: list[str] | None = None,
-    moving: tuple[str, ...] | None = None,
-) -> dict[str, pl.DataFrame]:
-    import polars as pl
-
-    tables = {p.stem: pl.read_parquet(p) for p in sorted(src.glob("*.parquet"))}
-    perturbed = perturb_tables(tables, salt, notes=notes, moving=moving)
-    dst.mkdir(parents=True)
-    for table, df in perturbed.items():
-        df.write_parquet(dst / f"{table}.parquet", statistics=False)
-    return perturbed
 
 
 def _source_id(files: DatasetFiles, salt: int) -> str:
@@ -310,11 +144,11 @@ def _source_id(files: DatasetFiles, salt: int) -> str:
 
 def _build(files: DatasetFiles, folder: Path, salt: int, moving: tuple[str, ...] | None) -> None:
     notes: list[str] = []
-    _perturb_parquet(files.parquet_dir, folder / "parquet", salt, notes, moving)
+    perturb_parquet(files.parquet_dir, folder / "parquet", salt, notes, moving)
     for key, path in sorted(files.extra.items()):
         kind, _, alias = key.partition(":")
         if kind == "parquet":
-            _perturb_parquet(path, folder / f"parquet-{alias}", salt, notes, moving)
+            perturb_parquet(path, folder / f"parquet-{alias}", salt, notes, moving)
     if files.sqlite_path is not None:  # the sqlite backend then copies it, as it copies worlds
         build_from_parquet(sorted((folder / "parquet").glob("*.parquet")), folder / SQLITE_FILE)
     write_done(folder, str(files.parquet_dir), salt, notes)
