@@ -128,3 +128,16 @@ def test_a_copy_of_a_large_world_moves_rows_and_numbers_like_the_one_in_memory(
     kept = tables["orders"].filter(pl.col("order_id").is_in(got["order_id"].implode()))
     assert (got["amount"] > kept["amount"]).all()
     assert got["customer_id"].is_in(want["customer_id"].implode()).all()
+
+
+def test_the_memory_benchmark_compares_the_two_copies(tmp_path: Path) -> None:
+    """`tests/benchmarks/perturb_memory.py` as docs/performance.md shows it, on TPC-H SF0.01."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent / "benchmarks" / "perturb_memory.py"
+    cmd = [sys.executable, str(script), "--snapshot", "sf0.01", "--data", str(tmp_path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "same rows in every table; peak memory ratio (stream / memory): " in done.stdout
+    assert done.stdout.count(" MB") == 2
