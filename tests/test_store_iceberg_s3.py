@@ -191,3 +191,25 @@ def test_the_local_server_stops_with_the_session(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("moto-*.log"))
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 1):
         pass
+
+
+def test_the_local_server_outlives_the_thread_that_set_the_store_up(tmp_path: Path) -> None:
+    """moto dies with the thread that forked it (`PR_SET_PDEATHSIG`): a store set up by a
+    thread that has ended (a probe built ahead, a trial pool's worker) keeps its server."""
+    import threading
+    import time
+
+    backend = IcebergS3Store(tmp_path)
+    starter = threading.Thread(target=backend.setup_session)
+    starter.start()
+    starter.join()
+    while Path(f"/proc/self/task/{starter.native_id}").exists():  # gone from the kernel too
+        time.sleep(0.01)
+    time.sleep(0.5)  # the death signal's delivery
+    try:
+        port = urlsplit(backend.endpoint.url).port
+        assert port is not None
+        with socket.create_connection(("127.0.0.1", port), 2):
+            pass
+    finally:
+        backend.teardown_session()

@@ -33,7 +33,17 @@ from pathlib import Path
 from typing import Any
 
 SUFFIXES = {".py", ".md", ".toml", ".txt", ".yaml", ".yml", ".cfg", ".ini", ".json", ".sh"}
-SKIP = {".venv", ".git", "__pycache__", "node_modules", ".mypy_cache", ".ruff_cache"}
+SKIP = {
+    ".venv",
+    ".git",
+    "__pycache__",
+    "node_modules",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".import_linter_cache",
+    ".pytest_cache",
+    ".hypothesis",
+}
 DEFAULT_MAP = Path(__file__).with_name("renames.tsv")
 KEEP = "rewrite-imports: keep"
 """A line holding this (in a comment) is left as it is: a name that is already new."""

@@ -48,11 +48,11 @@ from pytest_backintel.sandbox._shipped import isolated_env
 from pytest_backintel.sandbox.backintel_store import QUERY_FD_ENV
 from pytest_backintel.sandbox.base import WORKSPACE, ExecResult, SandboxError
 from pytest_backintel.sandbox.cgroup import RunCgroup
-from pytest_backintel.sandbox.lasting_start import start_lasting
 from pytest_backintel.sandbox.limits import Limits
 from pytest_backintel.sandbox.seed import SANDBOX_SEED
 from pytest_backintel.sandbox.workspace_tmpfs import TmpfsWorkspace
 from pytest_backintel.sandbox.zygote_relay import ChannelRelay
+from stores.common.lasting_start import start_lasting
 
 
 @runtime_checkable

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from stores.base import StoreError
+from stores.common.lasting_start import start_lasting
 
 __all__ = ["ENDPOINT_ENV", "MotoServer", "S3Endpoint", "endpoint_from_env"]
 
@@ -127,13 +128,15 @@ class MotoServer:
         port = _free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self._log = self.log_dir / f"moto-{port}.log"
-        with log.open("wb") as out:
-            self._proc = subprocess.Popen(
-                [str(exe), "-H", "127.0.0.1", "-p", str(port)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,
+        with log.open("wb") as out:  # from the lasting thread: it dies with that thread
+            self._proc = start_lasting(
+                lambda: subprocess.Popen(
+                    [str(exe), "-H", "127.0.0.1", "-p", str(port)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    preexec_fn=_die_with_parent,
+                )
             )
         deadline = time.monotonic() + self.startup_s
         while time.monotonic() < deadline:

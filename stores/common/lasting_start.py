@@ -1,11 +1,12 @@
-"""Processes that outlive the call that starts them (the zygote) are started by one thread that
-lives as long as the harness process.
+"""Processes that outlive the call that starts them (the sandbox's zygote, a local S3 server)
+are started by one thread that lives as long as the harness process.
 
-bwrap's `--die-with-parent` is `PR_SET_PDEATHSIG`, which Linux sends when the *thread* that
-forked the process ends, not when its process does. A zygote started by a short-lived thread
-(`zygote.warm`'s, a probe build's, a trial pool's worker) was killed (SIGKILL) as that thread
-ended, with the run it was serving at that moment, which then had no report of its end. Started
-here, a process still dies with the harness process, whose last thread this one is.
+`PR_SET_PDEATHSIG` (bwrap's `--die-with-parent`, a server's own death signal) is sent when the
+*thread* that forked the process ends, not when its process does. A zygote started by a
+short-lived thread (`zygote.warm`'s, a probe build's, a trial pool's worker) was killed
+(SIGKILL) as that thread ended, with the run it was serving at that moment, which then had no
+report of its end. Started here, a process still dies with the harness process, whose last
+thread this one is.
 """
 
 from __future__ import annotations
