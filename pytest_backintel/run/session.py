@@ -178,6 +178,7 @@ class BenchSession(SessionTrials):
             LIVE.on_answer = None
         if self.pipeline is not None:  # trials started ahead of an interrupted run clean up
             self.pipeline.close()
+        self.stop_ahead()  # before the probes and backends are torn down
         self.writer.close()
         if self._tracing is not None:
             self._tracing.close()
