@@ -106,7 +106,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    session.config.stash[SESSION_KEY].start()
+    bench = session.config.stash[SESSION_KEY]
+    heap.freeze_before_model(bench.runs_model_trials())  # before Pydantic AI's import
+    bench.start()
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.File | None:

@@ -1,10 +1,13 @@
 """The `backintel` command answers at once: parsing any subcommand's arguments imports none of
 the heavy libraries (pyarrow, polars, numpy, DuckDB, Pydantic AI, pytest, pydantic); each
-subcommand's handler imports what it needs when it runs."""
+subcommand's handler imports what it needs when it runs. Nor does a pytest process load what a
+model's first request does not need: the plugin no array library, the SQLite store no DuckDB,
+the session's start no backend's sweeper when nothing is stale."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +106,36 @@ def test_loading_the_plugin_imports_no_array_library() -> None:
         check=True,
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def _imported(code: str, names: tuple[str, ...], env: dict[str, str] | None = None) -> list[str]:
+    """Which of `names` are in `sys.modules` after `code` ran in a fresh interpreter."""
+    seen = f"sorted(m for m in {names!r} if m in sys.modules)"
+    probe = f"{code}\nimport json, sys\nprint(json.dumps({seen}))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env
+    )
+    return list(json.loads(done.stdout))
+
+
+def test_the_sqlite_store_imports_duckdb_only_to_build_from_parquet() -> None:
+    """A dataset that ships its SQLite file is provisioned without DuckDB, whose import
+    (some 40 ms) would otherwise come before the first trial's model request."""
+    assert _imported("import stores.sqlite.store", ("duckdb",)) == []
+    built = "import stores.sqlite.build as b\nassert b.build_from_parquet.__name__"
+    assert _imported(built, ("duckdb",)) == ["duckdb"]
+
+
+def test_a_session_start_with_nothing_stale_loads_no_sweeper(tmp_path: Path) -> None:
+    """The sweepers (an entry-point scan, ClickHouse's HTTP client) load only when a folder a
+    gone process left is there to sweep."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # no other run's `backintel-sbx-*`
+    sweepers = ("stores.postgres.sweep", "stores.clickhouse.dsn")
+    code = (
+        "from pathlib import Path\nfrom pytest_backintel.run.cleanup import clean_stale\n"
+        f"clean_stale(Path({str(tmp_path / 'data')!r}), postgres=False)"
+    )
+    assert _imported(code, sweepers, env) == []
+    (tmp_path / "data" / "sandbox" / "999999999").mkdir(parents=True)  # no such process
+    assert _imported(code, sweepers, env) == sorted(sweepers)
+    assert not (tmp_path / "data" / "sandbox" / "999999999").exists()

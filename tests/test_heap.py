@@ -1,6 +1,6 @@
 """The heap of a benchmark process is frozen after collection and again at its end
-(`pytest_backintel.run.heap`); a session without benchmark items, or nested in another, is left
-alone."""
+(`pytest_backintel.run.heap`), and, when its trials call a model, at the session's start; a
+session without benchmark items, or nested in another, is left alone."""
 
 from __future__ import annotations
 
@@ -15,11 +15,18 @@ import pytest
 from test_own_data import backintel, project
 
 from pytest_backintel.run import heap
+from pytest_backintel.testing.model_server import ModelServer
 
 CONFTEST = """
 import gc, json, os
+import pytest
 
 SEEN = {}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    SEEN["session_start"] = gc.get_freeze_count()
 
 
 def pytest_runtest_setup(item):
@@ -34,7 +41,9 @@ def pytest_unconfigure(config):
 """
 
 
-def _freeze_counts(folder: Path, tmp: Path, *args: str) -> dict[str, dict[str, int]]:
+def _freeze_counts(
+    folder: Path, tmp: Path, *args: str, passing: bool = True
+) -> dict[str, dict[str, int]]:
     """Each process's freeze counts, by worker (`main` for a serial run or the controller)."""
     counts = tmp / f"counts-{len(list(tmp.glob('counts-*')))}"
     # not this test's own xdist worker name (the inner processes name theirs)
@@ -48,7 +57,7 @@ def _freeze_counts(folder: Path, tmp: Path, *args: str) -> dict[str, dict[str, i
         timeout=600,
         env=outer_env | {"FREEZE_COUNTS": str(counts)},
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0 or not passing, done.stdout + done.stderr
     return {p.suffix[1:]: json.loads(p.read_text()) for p in tmp.glob(f"{counts.name}.*")}
 
 
@@ -59,6 +68,7 @@ def test_a_benchmark_session_freezes_after_collection_and_at_its_end(tmp_path: P
     (folder / "test_plain.py").write_text("def test_plain():\n    assert [1] != [2]\n")
 
     serial = _freeze_counts(folder, tmp_path, "scenarios", "-k", "delivered", "-p", "no:xdist")
+    assert serial["main"]["session_start"] == 0  # the reference analyst imports no model
     assert serial["main"]["first_item"] > 0
     assert serial["main"]["end"] > serial["main"]["first_item"]  # what trials left is too
 
@@ -69,7 +79,24 @@ def test_a_benchmark_session_freezes_after_collection_and_at_its_end(tmp_path: P
     assert workers["main"]["end"] > 0  # yet merges the records, then freezes
 
     plain = _freeze_counts(folder, tmp_path, "test_plain.py", "-p", "no:xdist")
-    assert plain == {"main": {"first_item": 0, "end": 0}}
+    assert plain == {"main": {"session_start": 0, "first_item": 0, "end": 0}}
+
+
+def test_a_model_session_freezes_before_it_imports_the_model(
+    tmp_path: Path, model_server: ModelServer
+) -> None:
+    """What pytest and the plugins left alive is frozen before Pydantic AI's import, which
+    the session's start does (the run header names the model's API)."""
+    folder = project(tmp_path / "shop")
+    assert backintel(folder, "references", "build").returncode == 0
+    (folder / "conftest.py").write_text(CONFTEST)
+    model = ("--model", "openai:bench", "--model-base-url", model_server.url)
+    args = ("scenarios", "-k", "delivered", "-p", "no:xdist", *model)
+    counts = _freeze_counts(folder, tmp_path, *args, passing=False)  # nothing scripted: 400
+    assert counts["main"]["session_start"] > 0
+    assert counts["main"]["end"] >= counts["main"]["first_item"] >= counts["main"]["session_start"]
+    collecting = _freeze_counts(folder, tmp_path, *args, "--collect-only")
+    assert collecting["main"]["session_start"] == 0  # no trial runs: nothing frozen so early
 
 
 def test_a_nested_session_or_one_without_items_leaves_the_heap_alone(
@@ -77,10 +104,12 @@ def test_a_nested_session_or_one_without_items_leaves_the_heap_alone(
 ) -> None:
     before = gc.get_freeze_count()
     monkeypatch.setattr(heap, "_sessions", 1)
+    heap.freeze_before_model(False)
     heap.freeze_after_collection(False)
     heap.freeze_at_end(False)
     assert gc.get_freeze_count() == before
     monkeypatch.setattr(heap, "_sessions", 2)
+    heap.freeze_before_model(True)
     heap.freeze_after_collection(True)
     heap.freeze_at_end(True)
     assert gc.get_freeze_count() == before

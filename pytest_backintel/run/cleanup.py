@@ -166,8 +166,10 @@ def clean_stale(data_dir: Path, *, dry_run: bool = False, postgres: bool = True)
     from stores.registry import load_sweepers
 
     report = CleanReport()
-    sweepers = list(load_sweepers().values())
-    for folder in stale_folders(data_dir):
+    folders = stale_folders(data_dir)
+    # the backends' sweepers (an entry-point scan, their modules) only when a folder is stale
+    sweepers = list(load_sweepers().values()) if folders else []
+    for folder in folders:
         if not postgres and any((folder / s.SOURCE_FILE).is_file() for s in sweepers):
             continue  # a source's server: kept for `backintel clean`, which sweeps it first
         if postgres and not _source_servers(report, folder, dry_run):

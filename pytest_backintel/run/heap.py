@@ -8,15 +8,22 @@ end of a 40-trial run. `freeze_after_collection` and `freeze_at_end` move what i
 collection, and again after the session, into the permanent generation (`gc.freeze`), so
 those scans skip it. What the trials allocate is still collected as before.
 
-Only a session with benchmark items does this, and only the outermost BackIntel session in
-the process (an in-process `pytester` run inside another session leaves the heap alone).
+`freeze_before_model` also freezes at the session's start, in a process that runs a model
+analyst's trials: the imports of Pydantic AI and the model's SDK that follow allocate some
+90,000 objects, and each full collection they trigger would rescan what pytest, its plugins
+and BackIntel's modules left alive (some 60,000 more), CPU spent before the first model
+request.
+
+Only a session with benchmark items (or, at the start, one that runs a model's trials) does
+this, and only the outermost BackIntel session in the process (an in-process `pytester` run
+inside another session leaves the heap alone).
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["freeze_after_collection", "freeze_at_end", "hold", "release"]
+__all__ = ["freeze_after_collection", "freeze_at_end", "freeze_before_model", "hold", "release"]
 
 _sessions = 0
 _frozen = False
@@ -33,6 +40,14 @@ def release() -> None:
     global _sessions, _frozen
     _sessions = max(0, _sessions - 1)
     _frozen = _frozen and _sessions > 0
+
+
+def freeze_before_model(model_trials: bool) -> None:
+    """Exempt what is alive at the session's start from the collections during the model's
+    imports: only when this session runs a model analyst's trials and no other BackIntel
+    session runs in this process."""
+    if model_trials and _sessions == 1:
+        gc.freeze()
 
 
 def freeze_after_collection(benchmark_items: bool) -> None:

@@ -127,13 +127,18 @@ class BenchSession(SessionTrials):
     def candidate(self) -> dict[str, Any]:
         return run_folder.candidate(self.options, self.root)  # what a frozen run measures
 
+    def runs_model_trials(self) -> bool:
+        """This process sends a model analyst's requests (not collecting only, not the xdist
+        controller, whose workers send them)."""
+        return spec_kind(self.options.analyst) == "model" and not (
+            self.config.option.collectonly or self.config.pluginmanager.has_plugin("dsession")
+        )
+
     def start(self) -> None:
         if not self.is_controller:
             return
-        in_process = spec_kind(self.options.analyst) == "model" and not (
-            self.config.option.collectonly or self.config.pluginmanager.has_plugin("dsession")
-        )  # this process sends model requests: the sweep waits for the first to return
-        after = self.model_answered.wait if in_process else None
+        # this process sends model requests: the sweep waits for the first to return
+        after = self.model_answered.wait if self.runs_model_trials() else None
         self._sweep = clean_stale_in_background(self.data_dir, after)  # what killed runs left
         self._parts_before = part_lengths(self.run_dir) if self.run_dir.exists() else {}
         if self.config.pluginmanager.has_plugin("dsession") and self.options.analyst != "reference":
@@ -173,6 +178,7 @@ class BenchSession(SessionTrials):
             LIVE.on_answer = None
         if self.pipeline is not None:  # trials started ahead of an interrupted run clean up
             self.pipeline.close()
+        self.stop_ahead()  # before the probes and backends are torn down
         self.writer.close()
         if self._tracing is not None:
             self._tracing.close()

@@ -103,6 +103,10 @@ class SessionData:
         self.worlds_ahead: WorldBuilds[tuple[str, str], tuple[DatasetFiles, str, World]]
         self.worlds_ahead = WorldBuilds()
         LIVE.side_work = self.worlds_ahead.building
+        self._ahead = threading.Lock()
+        """Held while `probes_ahead` builds; the session's end takes it (`stop_ahead`) so no
+        store is provisioned for a probe after the backends are torn down."""
+        self._ahead_stopped = False
         self.reserved_cases: dict[str, set[str]] = {}
         """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
         self.pipeline: TrialPipeline[ScenarioItem, tuple[TrialResult, str | None]] | None = None
@@ -255,11 +259,17 @@ class SessionData:
         re-runs evidence there, once an item has set its backend up (a server a backend
         starts must not start in this short-lived thread); a failure is left for that trial
         to report."""
-        with self._lock:
-            ready = self.backends.is_set_up(store_spec(scenario, self.options.store))
-        if ready:
-            with contextlib.suppress(Exception):
-                self.probes_for(scenario, with_python=True)
+        with self._ahead:
+            with self._lock:
+                ready = self.backends.is_set_up(store_spec(scenario, self.options.store))
+            if ready and not self._ahead_stopped:
+                with contextlib.suppress(Exception):
+                    self.probes_for(scenario, with_python=True)
+
+    def stop_ahead(self) -> None:
+        """No more probes built ahead; wait for one under way (the session is ending)."""
+        with self._ahead:
+            self._ahead_stopped = True
 
     def verify_data(self, scenario: Scenario) -> list[str]:
         """Problems with the scenario's pinned data files (acceptance fixtures), if any."""

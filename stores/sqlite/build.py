@@ -1,4 +1,9 @@
-"""The sqlite backend's template databases: built once per process from Parquet or WAL files."""
+"""The sqlite backend's template databases: built once per process from Parquet or WAL files.
+
+`build_from_parquet` (`stores.engine.sqlite_copy`, which imports DuckDB) is imported only when a
+template is built from Parquet: a dataset with a SQLite file of its own (a built world's
+`olist.sqlite`, say) is provisioned without DuckDB, whose import would otherwise come before the
+first trial's model request."""
 
 from __future__ import annotations
 
@@ -8,13 +13,25 @@ import shutil
 import sqlite3
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from stores.base import DatasetFiles, StoreError
 from stores.common.sqlite_file import quote_ident
-from stores.engine.sqlite_copy import build_from_parquet
+
+if TYPE_CHECKING:
+    from stores.engine.sqlite_copy import build_from_parquet
 
 __all__ = ["TemplateCache", "build_from_parquet", "quote_ident"]
+
+
+def __getattr__(name: str) -> Any:
+    """`build_from_parquet`, still importable from here, loaded on first use."""
+    if name == "build_from_parquet":
+        from stores.engine.sqlite_copy import build_from_parquet
+
+        return build_from_parquet
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class TemplateCache:
@@ -59,6 +76,8 @@ class TemplateCache:
         if dataset.sqlite_path is not None:
             _copy_out_of_wal(dataset.sqlite_path, built)
         else:
+            from stores.engine.sqlite_copy import build_from_parquet
+
             build_from_parquet(files, built)
         self._templates[key] = built
         return built

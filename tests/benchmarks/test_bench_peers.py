@@ -38,6 +38,14 @@ names one, also in an environment with its runtime dependencies only, as a user 
         BACKINTEL_PEER_PYTHON=/tmp/peer/bin/python \\
         uv run pytest tests/benchmarks -k peers -p no:xdist -s
 
+With `BACKINTEL_BENCH_FIRST_ONLY=1` each process is killed as the server sees its first request
+(what a killed BackIntel run left is removed before the next): only the CPU column means
+anything then, and a round takes seconds, so more rounds fit (`BACKINTEL_BENCH_ROUNDS`).
+`BACKINTEL_BENCH_BEFORE` names a folder holding another tree of this project (the code before
+a change, e.g. `git archive main | tar -x -C /tmp/before`): BackIntel runs from it too, with
+the runtime venv's Python (`python -m pytest` imports the plugin from the folder it runs in),
+as "backintel before, runtime venv".
+
 Before the measured rounds each BackIntel environment runs the job once, unmeasured, with
 `PYTHONDONTWRITEBYTECODE` unset, so pytest's assertion-rewritten copies of the plugin's
 modules are cached as on any machine that does not set it (where the variable is set, every
@@ -57,6 +65,7 @@ from pathlib import Path
 import pytest
 from test_bench_latency import LATENCY_S, ROOT, SCENARIO, _script
 
+from pytest_backintel.run.cleanup import remove_folder
 from pytest_backintel.testing.model_server import ModelServer
 
 pytestmark = pytest.mark.benchmark
@@ -65,6 +74,8 @@ PEER = os.environ.get("BACKINTEL_PEER_PYTHON", "")
 INSPECT = os.environ.get("BACKINTEL_PEER_INSPECT_PYTHON", "")
 RUNTIME = os.environ.get("BACKINTEL_BENCH_PYTHON", "")
 ROUNDS = int(os.environ.get("BACKINTEL_BENCH_ROUNDS", "3"))
+FIRST_ONLY = os.environ.get("BACKINTEL_BENCH_FIRST_ONLY") == "1"
+BEFORE = os.environ.get("BACKINTEL_BENCH_BEFORE", "")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -74,20 +85,33 @@ def _cpu_s(pid: int) -> float:
 
 
 def _run(
-    server: ModelServer, command: list[str], env: dict[str, str] | None = None
+    server: ModelServer, command: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
 ) -> tuple[float, float, float, str]:
     """(wall s, first request s, CPU s at the first request, last output line)."""
     seen = len(server.requests)
     start = time.time()
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, text=True, env=env)
     cpu = float("nan")
-    while process.poll() is None and len(server.requests) == seen:
+
+    def mine() -> list[float]:  # not a killed predecessor's request still in flight
+        return [r.received_at for r in server.requests[seen:] if r.received_at >= start]
+
+    while process.poll() is None and not mine():
         time.sleep(0.002)
     if process.poll() is None:
         cpu = _cpu_s(process.pid)
+        if FIRST_ONLY:
+            process.kill()
     out, _ = process.communicate()
+    if FIRST_ONLY:  # its store copies and sandbox folder; then its requests in flight settle
+        for folder in [
+            *cwd.glob(f"data/stores/*/{process.pid}"),
+            cwd / "data/sandbox" / str(process.pid),
+        ]:
+            remove_folder(folder)
+        time.sleep(0.3)
     wall = time.time() - start
-    first = min((r.received_at for r in server.requests[seen:]), default=start) - start
+    first = min(mine(), default=start) - start
     return wall, first, cpu, (out.strip().splitlines() or [f"exit {process.returncode}"])[-1]
 
 
@@ -95,9 +119,11 @@ def _run(
 def test_beside_pydantic_evals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     refs = json.loads((ROOT / "scenarios" / "references" / "olist.json").read_text())
     value = refs["references"]["l1-delivered-orders"]["values"]["delivered_orders"]
-    pythons = {"backintel, dev venv": sys.executable}
+    pythons = {"backintel, dev venv": (sys.executable, ROOT)}
     if RUNTIME:
-        pythons["backintel, runtime venv"] = RUNTIME
+        pythons["backintel, runtime venv"] = (RUNTIME, ROOT)
+    if BEFORE:
+        pythons["backintel before, runtime venv"] = (RUNTIME or sys.executable, Path(BEFORE))
     peers = {
         "pydantic-evals": [PEER, str(Path(__file__).parent / "peers" / "pydantic_evals_run.py")]
     }
@@ -109,19 +135,19 @@ def test_beside_pydantic_evals(tmp_path: Path, capsys: pytest.CaptureFixture[str
         _script(server, value)
 
         def ours(python: str, folder: str) -> list[str]:
-            args = [python, "-m", "pytest", str(SCENARIO), "-q", "-p", "no:xdist"]
+            args = [python, "-m", "pytest", str(SCENARIO.relative_to(ROOT)), "-q", "-p", "no:xdist"]
             args += ["--model", "openai:bench", "--model-base-url", server.url]
             args += ["--trials", "40", "--concurrency", "40", "--max-connections", "16"]
             return [*args, f"--results-dir={tmp_path / folder}"]
 
         caching = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        for python in pythons.values():  # unmeasured: pytest caches its rewritten modules
-            _run(server, ours(python, "warm-up"), env=caching)
+        for python, cwd in pythons.values():  # unmeasured: pytest caches rewritten modules
+            _run(server, ours(python, "warm-up"), env=caching, cwd=cwd)
         for n in range(ROUNDS):
             for name, peer in peers.items():
                 rows[name].append(_run(server, [*peer, server.url, "16"]))
-            for name, python in pythons.items():
-                rows[name].append(_run(server, ours(python, f"{n}-{len(rows[name])}")))
+            for name, (python, cwd) in pythons.items():
+                rows[name].append(_run(server, ours(python, f"{n}-{len(rows[name])}"), cwd=cwd))
     with capsys.disabled():
         print(f"\n40 samples x 4 requests, {LATENCY_S:g} s a request, 16 in flight; medians")
         print(f"{'harness':<24} {'wall s':>7} {'1st req s':>9} {'CPU at 1st s':>12}  last line")
