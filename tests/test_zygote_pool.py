@@ -6,43 +6,35 @@ Real bwrap sandboxes and cgroups (skipped where this machine has neither).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from test_zygote import LIMITS
 
-from pytest_backintel.sandbox import Limits, SandboxUnavailable
+from pytest_backintel.sandbox import SandboxUnavailable
 from pytest_backintel.sandbox import zygote as zygote_module
 from pytest_backintel.sandbox.bwrap import BwrapProvider
 from pytest_backintel.sandbox.zygote import forked_run
 
-LIMITS = Limits(
-    wall_time_s=6,
-    cpu_time_s=1,
-    memory_mb=384,
-    max_processes=32,
-    max_file_size_mb=4,
-    disk_mb=8,
-    tmp_size_mb=8,
-    max_output_bytes=4096,
-    output_kill_bytes=1 << 20,
-)
 MARK = "import os, json\nopen('/tmp/mark', 'a').write('x')\nprint(json.dumps(os.listdir('/tmp')))"
 
 
 @pytest.fixture
-def bwrap(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[BwrapProvider]:
+def bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[BwrapProvider]:
+    """A provider of its own (a pool starts empty), its zygotes preloading little."""
     monkeypatch.setattr(zygote_module, "PRELOAD", ("json", "backintel_store"))
     monkeypatch.setattr(zygote_module, "_WAIT_S", 60.0)  # a start-up under load, not a skip
-    try:
-        with BwrapProvider(tmp_path_factory.mktemp("pool"), limits=LIMITS) as provider:
-            if not provider.cgroup_mode:
-                pytest.skip("no writable cgroup here: evidence runs in fresh sandboxes")
-            yield provider
-    except SandboxUnavailable as exc:
-        pytest.skip(str(exc))
+    with contextlib.ExitStack() as stack:
+        try:
+            provider = stack.enter_context(BwrapProvider(tmp_path, limits=LIMITS))
+        except SandboxUnavailable as exc:
+            pytest.skip(str(exc))
+        if not provider.cgroup_mode:
+            pytest.skip("no writable cgroup here: evidence runs in fresh sandboxes")
+        yield provider
 
 
 def _marks(provider: BwrapProvider) -> list[str]:
