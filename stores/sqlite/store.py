@@ -47,6 +47,7 @@ LogicalOf = Callable[[sqlite3.Connection, Path], str]
 SharedCounts = OnceMap[tuple[str, tuple[str, ...], str], int]
 """Row counts by (content hash, denied tables, table)."""
 
+
 class SQLiteProvisionedStore(ProvisionedStore):
     """One item's read-only database file and the sessions opened on it."""
 
