@@ -105,22 +105,37 @@ def _files_state(parquet_dir: Path) -> list[list[object]]:
     ]
 
 
-def built_content_hash(parquet_dir: Path) -> str:
-    """`content_hash` of a world folder this harness built (it holds `COMPLETE_MARKER`),
-    computed once per state of its files and kept in `DATA_HASH_FILE`: reading and sorting
-    every row costs ~0.8 s per process for the Olist world. Any other folder (a source of
-    the user's own) is hashed every time and nothing is written into it."""
+def built_content_hash(
+    parquet_dir: Path, compute: Callable[[Path], str] | None = None, method: str | None = None
+) -> str:
+    """`compute(parquet_dir)` (`content_hash`, or the world's `method`) of a world folder this
+    harness built (it holds `COMPLETE_MARKER`), computed once per state of its files and kept
+    in `DATA_HASH_FILE`: reading and sorting every row costs ~0.8 s per process for the Olist
+    world, reading TPC-H's 2 s. Any other folder (a source of the user's own) is hashed every
+    time and nothing is written into it."""
     folder = parquet_dir.parent
+    compute = compute or content_hash
     if not (folder / COMPLETE_MARKER).is_file():
-        return content_hash(parquet_dir)
+        return compute(parquet_dir)
     state = _files_state(parquet_dir)
     kept = read_json(folder / DATA_HASH_FILE)
-    if kept.get("files") == state and isinstance(kept.get("data_hash"), str):
+    fresh = kept.get("files") == state and kept.get("method") == method
+    if fresh and isinstance(kept.get("data_hash"), str):
         return str(kept["data_hash"])
-    digest = content_hash(parquet_dir)
-    with contextlib.suppress(OSError):  # a read-only data folder: the next process hashes again
-        write_json(folder / DATA_HASH_FILE, {"data_hash": digest, "files": state})
+    digest = compute(parquet_dir)
+    keep_data_hash(parquet_dir, digest, method)
     return digest
+
+
+def keep_data_hash(parquet_dir: Path, digest: str, method: str | None = None) -> None:
+    """Keep `digest` in `DATA_HASH_FILE` as the hash of `parquet_dir`'s files as they are now
+    (by `method`, when not `content_hash`): a build writes the one its manifest holds, so the
+    run that built the world does not compute it again."""
+    kept: dict[str, object] = {"data_hash": digest, "files": _files_state(parquet_dir)}
+    if method is not None:
+        kept["method"] = method
+    with contextlib.suppress(OSError):  # a read-only data folder: the next process hashes again
+        write_json(parquet_dir.parent / DATA_HASH_FILE, kept)
 
 
 class World(ABC):
@@ -235,13 +250,15 @@ class World(ABC):
         for table, df in sorted(tables.items()):
             df.write_parquet(parquet_dir / f"{table}.parquet", statistics=False)
         self._build_sqlite(parquet_dir, folder / f"{self.name}.sqlite")
+        digest = content_hash(parquet_dir)
         manifest = {
             "world": self.name,
             "snapshot": snapshot,
             "config": self.config,
-            "data_hash": content_hash(parquet_dir),
+            "data_hash": digest,
             "tables": {t: df.height for t, df in sorted(tables.items())},
         }
+        keep_data_hash(parquet_dir, digest)
         (folder / COMPLETE_MARKER).write_text(json.dumps(manifest, indent=2, sort_keys=True))
 
     def _build_sqlite(self, parquet_dir: Path, target: Path) -> None:

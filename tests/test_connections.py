@@ -60,4 +60,7 @@ def test_auto_concurrency_keeps_more_trials_than_connections_in_flight() -> None
     assert trials_in_flight(None, "model", 1) == AUTO_CONCURRENCY
     assert trials_in_flight(None, "model") == AUTO_CONCURRENCY
     assert trials_in_flight(None, "custom", 16) == 1
+    assert trials_in_flight(None, "calibration", cores=2) == 2
+    assert trials_in_flight(None, "calibration", cores=1) == 1  # and in an xdist worker
+    assert trials_in_flight(None, "replay", cores=2) == 1
     assert trials_in_flight(5, "model", 16) == 5

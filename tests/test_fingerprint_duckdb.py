@@ -7,6 +7,8 @@ and what it must ignore (row order), on real DuckDB tables.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from stores.duckdb.store import DuckDBStore, ProvisionedDuckDB
 from stores.engine.common import _LOGICAL_CACHE, logical_fingerprint
 from stores.engine.views import ProvisionedViews
 from stores.files.lake import LakeParquetStore
+from stores.fingerprint import tree_sha256
 
 COLUMNS = {"i": "BIGINT", "f": "DOUBLE", "s": "VARCHAR"}
 ints = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))
@@ -162,3 +165,51 @@ def test_cache_serves_identical_bytes_and_misses_on_a_change(
         twin.teardown()
     with pytest.raises(StoreError, match="torn down"):
         item.fingerprint()
+
+
+def test_an_untouched_folder_copy_is_not_read_again(
+    dataset: DatasetFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lake-parquet item's files are recognised by their stat after provisioning: the
+    fingerprints before and after a trial read none of them, and give the exact tree hash."""
+    store = LakeParquetStore(tmp_path / "work")
+    store.setup_session()
+    item = store.provision(dataset)
+    read: list[Path] = []
+
+    def recording(path: Path) -> str:
+        read.append(path)
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    for module in ("stores.fingerprint", "stores.common.pristine"):
+        monkeypatch.setattr(f"{module}.file_sha256", recording)
+    try:
+        first = item.fingerprint()
+        assert item.fingerprint() == first
+        assert read == []
+        assert first.physical == tree_sha256(item.root)
+    finally:
+        item.teardown()
+
+
+def test_a_folder_copy_written_with_mode_and_mtime_put_back_is_hashed(
+    dataset: DatasetFiles, tmp_path: Path
+) -> None:
+    """A write that restores the copy's mode and mtime afterwards still moves its ctime, so the
+    file is read again and the fingerprint moves."""
+    store = LakeParquetStore(tmp_path / "work")
+    store.setup_session()
+    item = store.provision(dataset)
+    try:
+        before = item.fingerprint()
+        target = item.root / "data" / "t.parquet"
+        state = target.stat()
+        tamper(item)
+        target.chmod(0o444)
+        os.utime(target, ns=(state.st_atime_ns, state.st_mtime_ns))
+        assert target.stat().st_mtime_ns == state.st_mtime_ns
+        after = item.fingerprint()
+        assert after.physical == tree_sha256(item.root) != before.physical
+        assert after.logical != before.logical
+    finally:
+        item.teardown()

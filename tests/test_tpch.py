@@ -124,6 +124,29 @@ def test_build_has_every_table_in_key_order(tiny: DatasetFiles) -> None:
     assert manifest["data_hash"] == TpchWorld().data_hash(tiny)
 
 
+def test_the_built_data_hash_is_kept_and_read_again_only_after_a_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build keeps the hash its manifest holds (`data_hash.json`): neither the run that
+    built the world nor a later one reads the Parquet again until a file changes."""
+    built = TpchWorld().ensure_built(tmp_path, SNAP)
+    manifest = json.loads(built.extra["manifest"].read_text())
+    reads: list[Path] = []
+
+    def counted(parquet_dir: Path) -> str:
+        reads.append(parquet_dir)
+        return duckdb_data_hash(parquet_dir)
+
+    monkeypatch.setattr("scenarios.tpch.world.duckdb_data_hash", counted)
+    assert TpchWorld().data_hash(built) == manifest["data_hash"]
+    assert reads == []
+    region = built.parquet_dir / "region.parquet"
+    pl.read_parquet(region).reverse().write_parquet(region)  # the same rows: the same hash
+    assert TpchWorld().data_hash(built) == manifest["data_hash"]
+    assert TpchWorld().data_hash(built) == manifest["data_hash"]
+    assert reads == [built.parquet_dir]
+
+
 def test_data_hash_is_deterministic_and_sees_changes(tiny: DatasetFiles, tmp_path: Path) -> None:
     again = TpchWorld().ensure_built(tmp_path, SNAP)
     assert duckdb_data_hash(again.parquet_dir) == duckdb_data_hash(tiny.parquet_dir)

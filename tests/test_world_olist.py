@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import tempfile
 import threading
@@ -222,6 +223,19 @@ def test_two_builds_have_identical_content_and_hash(
     other = OlistWorld(OlistConfig(seed=12, orders=150)).ensure_built(tmp_path / "a")
     assert other.parquet_dir != a.parquet_dir
     assert content_hash(other.parquet_dir) != content_hash(a.parquet_dir)
+
+
+def test_the_run_that_builds_a_world_does_not_hash_it_again(
+    small_world: OlistWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = small_world.ensure_built(tmp_path)
+    manifest = json.loads((files.parquet_dir.parent / COMPLETE_MARKER).read_text())
+
+    def again(parquet_dir: Path) -> str:
+        raise AssertionError(f"{parquet_dir} hashed again")
+
+    monkeypatch.setattr("scenarios.world_base.content_hash", again)
+    assert small_world.data_hash(files) == manifest["data_hash"]
 
 
 def test_data_hash_is_over_content_not_file_bytes(small_world: OlistWorld, tmp_path: Path) -> None:

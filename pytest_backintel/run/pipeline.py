@@ -16,27 +16,41 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["AUTO_CONCURRENCY", "Prepared", "TrialPipeline", "trials_in_flight"]
+__all__ = [
+    "AUTO_CONCURRENCY",
+    "CALIBRATION_CONCURRENCY",
+    "Prepared",
+    "TrialPipeline",
+    "trials_in_flight",
+]
 
 K = TypeVar("K")
 R = TypeVar("R")
 
 AUTO_CONCURRENCY = 4
 """Trials in flight per process for a model analyst under `--concurrency auto` (the default):
-model latency dominates, so a few run at once; calibration and custom analysts run serially."""
+model latency dominates, so a few run at once; custom and replay analysts run serially."""
+CALIBRATION_CONCURRENCY = 2
+"""Trials in flight for a built-in calibration analyst under `auto`, at most one per core, in a
+process that is not an xdist worker (the workers already fill the cores): its trials are CPU
+work split between the harness and its children (the engine's process, the sandbox), so while
+one waits on a child the other uses the second core."""
 LOOKAHEAD = 4
 """Prepared-but-unreported trials kept at most, as a multiple of N (bounds memory when one slow
 trial holds up the reports behind it)."""
 
 
 def trials_in_flight(
-    option: int | None, analyst_kind: str, max_connections: int | None = None
+    option: int | None, analyst_kind: str, max_connections: int | None = None, cores: int = 1
 ) -> int:
     """`--concurrency N`, or for `auto` (None) with a model analyst or an external agent (each
     its own process, waiting on its model) `AUTO_CONCURRENCY` (twice `--max-connections` when
-    that is larger, so a request waits whenever one ends), else 1."""
+    that is larger, so a request waits whenever one ends), with a calibration analyst
+    `CALIBRATION_CONCURRENCY` on `cores` cores at most, else 1."""
     if option:
         return option
+    if analyst_kind == "calibration":
+        return max(1, min(CALIBRATION_CONCURRENCY, cores))
     if analyst_kind not in ("model", "external"):
         return 1
     return max(AUTO_CONCURRENCY, 2 * (max_connections or 0))

@@ -3,6 +3,7 @@ the budget and streak settled, the record, cassette and JUnit properties written
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -43,7 +44,8 @@ class SessionTrials(SessionData):
     @property
     def concurrency(self) -> int:
         opts = self.options
-        return trials_in_flight(opts.concurrency, self.analyst.kind, opts.max_connections)
+        cores = 1 if hasattr(self.config, "workerinput") else os.cpu_count() or 1
+        return trials_in_flight(opts.concurrency, self.analyst.kind, opts.max_connections, cores)
 
     # -- items ----------------------------------------------------------------------------
     def run_item(

@@ -7,7 +7,8 @@ imported NumPy, polars, pandas, scikit-learn and `backintel_store`, and has no s
 Each run is one child of it, forked on request; the host passes the child everything it may see
 as descriptors (SCM_RIGHTS): its stdout, stderr and status pipes, its code, the store file (the
 child reads it into a private copy) and a socket relayed to the item's own query channel, so a
-run on one copy of the data cannot reach another copy. Runs take turns; after each, the zygote
+run on one copy of the data cannot reach another copy. Runs take turns on a zygote (a second
+one starts when a run finds the first busy with another run: `POOL`); after each, the zygote
 kills every other process of the sandbox, removes SysV IPC objects and empties every writable
 folder before it forks the next (`_zygote.py` says how). Limits are those of a fresh run: the
 rlimits in the child, the cgroup's totals counted from the run's start, wall time, output and
@@ -15,12 +16,13 @@ disk watched by the host (`_process.watch`); what the zygote holds of the preloa
 the harness's, not counted against a run's memory (in a fresh run a program that imports them
 pays for them). A run the host stops for a limit takes the whole zygote with it; a dead or
 wedged zygote is replaced, and a run whose zygote ended before reporting its end says so. The
-zygote is started by a thread that lasts as long as the harness process (`lasting_start.py`):
-bwrap dies with the thread that starts it, and `warm`'s or a trial's thread ends.
+zygote is started by a thread that lasts as long as the harness process
+(`stores/common/lasting_start.py`): bwrap dies with the thread that starts it, and `warm`'s or
+a trial's thread ends.
 
 `forked_run` returns None when it cannot run the code (another backend, no writable cgroup, a
-store that is a folder or too large, the zygote busy with other trials' runs for `_WAIT_S`, or
-unable to start), and the caller runs it in a fresh sandbox as before. `warm` starts it in the
+store that is a folder or too large, every zygote busy with other trials' runs for `_WAIT_S`,
+or unable to start), and the caller runs it in a fresh sandbox as before. `warm` starts it in the
 background when the analyst's first `run_python` runs. `BACKINTEL_ZYGOTE=0` turns it off.
 """
 
@@ -50,8 +52,14 @@ from pytest_backintel.sandbox.base import WORKSPACE, ExecResult, SandboxError
 from pytest_backintel.sandbox.cgroup import RunCgroup
 from pytest_backintel.sandbox.limits import Limits
 from pytest_backintel.sandbox.seed import SANDBOX_SEED
-from pytest_backintel.sandbox.workspace_tmpfs import TmpfsWorkspace
 from pytest_backintel.sandbox.zygote_relay import ChannelRelay
+from pytest_backintel.sandbox.zygote_runs import (
+    DONE_S,
+    RunCounters,
+    ZygoteWorkspace,
+    ended_first,
+    leave_out_the_zygote,
+)
 from stores.common.lasting_start import start_lasting
 
 
@@ -92,37 +100,13 @@ STORE_MB = 512
 _START_S = 180.0
 _PRELOAD_MB = 1024
 """Room the zygote has to preload in, beyond a run's memory limit."""
-_DONE_S = 10.0
 _WAIT_S = 5.0
-"""The longest a run waits for the zygote (another run, its start-up) before it runs fresh."""
+"""The longest a run waits for a zygote (other runs, a start-up) before it runs fresh."""
+POOL = 2
+"""Zygotes per set of limits at most: a second starts when a run finds the first busy (two
+trials at once on two cores), each serving one run at a time as the first does."""
 _MADE = threading.Lock()
 _MB = 1024 * 1024
-
-
-class _RunCounters(RunCgroup):
-    """The zygote's cgroup as one run sees it: counters from the run's start."""
-
-    def __init__(self, group: RunCgroup) -> None:
-        super().__init__(group.paths, group.version)
-        self._oom, self._cpu = group.oom_kills(), group.cpu_s() or 0.0
-        self._refused = group.forks_refused()
-
-    def oom_kills(self) -> int:
-        return super().oom_kills() - self._oom
-
-    def cpu_s(self) -> float | None:
-        total = super().cpu_s()
-        return None if total is None else total - self._cpu
-
-    def limit_hit(self) -> bool:
-        return self.forks_refused() > self._refused
-
-
-class _Workspace(TmpfsWorkspace):
-    """The zygote's tmpfs workspace: watched for the disk limit, never copied back."""
-
-    def finish(self) -> bool:
-        return self.over()
 
 
 class Zygote:
@@ -143,6 +127,12 @@ class Zygote:
     def usable(self) -> bool:
         return self._failures < 2
 
+    @property
+    def up(self) -> bool:
+        """Started and not ended (busy or not)."""
+        proc = self._proc
+        return proc is not None and proc.poll() is None
+
     def _start(self) -> None:
         group = RunCgroup.create(
             self.limits.max_processes + 16, self.limits.memory_mb + _PRELOAD_MB
@@ -154,7 +144,7 @@ class Zygote:
         argv = self.provider.zygote_argv(self.limits, store_mb=STORE_MB, spec=spec)
         files = [str(f) for f in group.procs_files]
         log = (self._folder / "stderr.txt").open("wb")
-        try:  # bwrap dies with the thread that starts it: one that lasts (`lasting_start.py`)
+        try:  # bwrap dies with the thread that starts it: one that lasts (`stores/common/lasting_start.py`)
             self._proc = start_lasting(
                 lambda: subprocess.Popen(
                     ["/bin/sh", "-c", JOIN_CGROUPS, str(len(files)), *files, *argv],
@@ -179,7 +169,7 @@ class Zygote:
             why = hello.get("problem") or (self._folder / "stderr.txt").read_text()[-500:]
             self.kill()
             raise SandboxError(f"the zygote did not start: {why}")
-        _leave_out_the_zygote(group, self.limits)
+        leave_out_the_zygote(group, self.limits)
 
     def kill(self) -> None:
         """End the zygote and everything in it; the next run starts a new one."""
@@ -246,8 +236,8 @@ class Zygote:
             "store": store.name if store is not None else None,
             "query": relay is not None,
         }
-        counters = _RunCounters(self._cgroup)
-        disk = _Workspace(self._folder / "workspace", WORKSPACE, limits.disk_mb * _MB)
+        counters = RunCounters(self._cgroup)
+        disk = ZygoteWorkspace(self._folder / "workspace", WORKSPACE, limits.disk_mb * _MB)
         disk.start(proc.pid)
         start = time.monotonic()
         try:
@@ -269,7 +259,7 @@ class Zygote:
             killed_for = "disk"
         lost = ""
         if killed_for is None and b'"returncode"' not in status_buf:
-            lost = _ended_first(proc, self._folder / "stderr.txt")
+            lost = ended_first(proc, self._folder / "stderr.txt")
         if killed_for is not None or not self._cleaned():
             self.kill()
         with contextlib.suppress(OSError):
@@ -301,62 +291,69 @@ class Zygote:
         """Whether the zygote reports the sandbox clean again in time."""
         if self._control is None:  # the request could not be sent
             return False
-        self._control.settimeout(_DONE_S)
+        self._control.settimeout(DONE_S)
         try:
             return json.loads(self._control.recv(1 << 16) or b"{}").get("done") is True
         except (OSError, ValueError):
             return False
 
 
-def _ended_first(proc: subprocess.Popen[bytes], log: Path) -> str:
-    """The note of a run whose zygote ended before it reported the run's end: bwrap's exit
-    status and the last line the zygote wrote (a traceback's), so the record says it."""
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=_DONE_S)
-    last = ""
-    with contextlib.suppress(OSError, IndexError):
-        last = "; its last line: " + log.read_text(errors="replace").splitlines()[-1][-300:]
-    rc = proc.returncode
-    status = f"bwrap exit status {rc}" if rc is not None and rc >= 0 else "bwrap still running"
-    status = f"bwrap killed by signal {-rc}" if rc is not None and rc < 0 else status
-    return f"\n[sandbox: the zygote this run was forked from ended first ({status}){last}]\n"
-
-
-def _leave_out_the_zygote(group: RunCgroup, limits: Limits) -> None:
-    """Cap the cgroup at a run's limits plus what the zygote holds once it has preloaded (its
-    memory and its threads are the harness's): as a fresh run, whose tree starts with bwrap,
-    its init and the launcher, which the zygote stands for."""
-    memory = group.paths.get("memory")
-    name = "memory.current" if group.version == 2 else "memory.usage_in_bytes"
-    resident = 0
-    with contextlib.suppress(OSError, ValueError):
-        if memory is not None:
-            resident = -(-int((memory / name).read_text()) // _MB)
-    group._limit_memory(limits.memory_mb + resident)
-    pids = group.paths["pids"]
-    with contextlib.suppress(OSError, ValueError):
-        tasks = int((pids / "pids.current").read_text())
-        (pids / "pids.max").write_text(str(limits.max_processes + max(0, tasks - 3)))
+def _pool(provider: object, limits: Limits) -> list[Zygote]:
+    """`provider`'s zygotes for `limits` (the first made on first use); empty where none."""
+    if os.environ.get(ZYGOTE_ENV, "1") == "0" or not isinstance(provider, ZygoteHost):
+        return []
+    if not provider.cgroup_mode or os.uname().machine not in ("x86_64", "aarch64"):
+        return []
+    zygotes: dict[Limits, list[Zygote]] = provider.__dict__.setdefault("_zygotes", {})
+    with _MADE:
+        pool = zygotes.setdefault(limits, [])
+        if not pool:
+            pool.append(Zygote(provider, limits))
+        return list(pool)
 
 
 def _zygote(provider: object, limits: Limits) -> Zygote | None:
-    """`provider`'s zygote for `limits` (made on first use), or None where there is none."""
-    if os.environ.get(ZYGOTE_ENV, "1") == "0" or not isinstance(provider, ZygoteHost):
-        return None
-    if not provider.cgroup_mode or os.uname().machine not in ("x86_64", "aarch64"):
-        return None
-    zygotes: dict[Limits, Zygote] = provider.__dict__.setdefault("_zygotes", {})
+    """`provider`'s first zygote for `limits` (made on first use), or None where there is none."""
+    pool = _pool(provider, limits)
+    return pool[0] if pool and pool[0].usable else None
+
+
+def _another(provider: ZygoteHost, limits: Limits) -> None:
+    """Add a zygote for `limits`, started in the background, while the pool has room."""
+    zygotes: dict[Limits, list[Zygote]] = provider.__dict__["_zygotes"]
     with _MADE:
-        if limits not in zygotes:
-            zygotes[limits] = Zygote(provider, limits)
-        zygote = zygotes[limits]
-    return zygote if zygote.usable else None
+        pool = zygotes[limits]
+        if len(pool) >= POOL or not all(z.usable and z.up for z in pool):
+            return  # full, or one is still starting (it serves a run soon)
+        pool.append(Zygote(provider, limits))
+    _start_in_background(pool[-1])
+
+
+def _take(provider: ZygoteHost, limits: Limits) -> Zygote | None:
+    """A usable zygote of the pool, locked for one run: a free one at once; while all are busy
+    another is started (up to `POOL`) and the first to be free within `_WAIT_S` is taken."""
+    deadline = time.monotonic() + _WAIT_S
+    grown = False
+    while True:
+        pool = [z for z in _pool(provider, limits) if z.usable]
+        for zygote in pool:
+            if zygote.lock.acquire(blocking=False):
+                return zygote
+        if not pool or time.monotonic() >= deadline:
+            return None
+        if not grown:
+            _another(provider, limits)
+            grown = True
+        time.sleep(0.02)
 
 
 def warm(provider: object, limits: Limits) -> None:
     """Start `provider`'s zygote in the background (the analyst's first `run_python` says that
     Python evidence is likely to follow), so the first re-run need not wait for its start-up."""
-    zygote = _zygote(provider, limits)
+    _start_in_background(_zygote(provider, limits))
+
+
+def _start_in_background(zygote: Zygote | None) -> None:
     if zygote is not None and zygote.lock.acquire(blocking=False):
 
         def start() -> None:
@@ -372,15 +369,15 @@ def forked_run(
     provider: object, store: Path | None, code: str, limits: Limits, channel: Path | None
 ) -> ExecResult | None:
     """`code` run by `provider`'s zygote for `limits`; None when it cannot (see the module)."""
-    zygote = _zygote(provider, limits)
-    if zygote is None:
+    if _zygote(provider, limits) is None:
         return None
     assert isinstance(provider, ZygoteHost)
     store, channel = provider._mount(store), provider._channel(channel)
     if store is not None and (not store.is_file() or store.stat().st_size > STORE_MB * _MB):
         return None
-    if not zygote.lock.acquire(timeout=_WAIT_S):
-        return None  # concurrent trials keep it busy: a fresh sandbox does not wait longer
+    zygote = _take(provider, limits)
+    if zygote is None:
+        return None  # concurrent trials keep them busy: a fresh sandbox does not wait longer
     try:
         return zygote.run(code, store, channel)
     finally:
@@ -389,6 +386,7 @@ def forked_run(
 
 def close_zygotes(provider: object) -> None:
     """End every zygote of `provider` (its session is over)."""
-    for zygote in getattr(provider, "_zygotes", {}).values():
-        with zygote.lock:
-            zygote.kill()
+    for pool in getattr(provider, "_zygotes", {}).values():
+        for zygote in pool:
+            with zygote.lock:
+                zygote.kill()

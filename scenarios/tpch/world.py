@@ -29,7 +29,7 @@ import duckdb
 import polars as pl
 
 from scenarios.references import ReferencedWorld
-from scenarios.world_base import COMPLETE_MARKER, Oracle
+from scenarios.world_base import COMPLETE_MARKER, Oracle, built_content_hash, keep_data_hash
 from stores.base import DatasetFiles
 from stores.engine.extensions import load_extensions
 
@@ -193,13 +193,15 @@ class TpchWorld(ReferencedWorld):
                 scratch.unlink()
             shutil.rmtree(folder / "spill", ignore_errors=True)
         _index_sqlite(sqlite_path)
+        digest = duckdb_data_hash(parquet)
+        keep_data_hash(parquet, digest, self.fingerprint_method)
         manifest = {
             "world": self.name,
             "snapshot": f"sf{sf}",
             "scale_factor": sf,
             "config": self.config,
             "duckdb": duckdb.__version__,
-            "data_hash": duckdb_data_hash(parquet),
+            "data_hash": digest,
             "tables": counts,
         }
         (folder / COMPLETE_MARKER).write_text(json.dumps(manifest, indent=2, sort_keys=True))
@@ -207,7 +209,8 @@ class TpchWorld(ReferencedWorld):
     fingerprint_method = "duckdb-parquet-v1"
 
     def data_hash(self, files: DatasetFiles) -> str:
-        return duckdb_data_hash(files.parquet_dir)
+        """`duckdb_data_hash`, kept per state of a built world's files (`built_content_hash`)."""
+        return built_content_hash(files.parquet_dir, duckdb_data_hash, self.fingerprint_method)
 
     @property
     def oracles(self) -> Mapping[str, Oracle]:

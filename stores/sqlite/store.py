@@ -31,6 +31,7 @@ from stores.base import (
 from stores.capabilities import StoreCapabilities
 from stores.common.logical_cache import LogicalCache
 from stores.common.once import OnceMap
+from stores.common.pristine import same_state, set_pristine
 from stores.common.sqlite_file import columns_read
 from stores.fingerprint import file_sha256
 from stores.sqlite.build import TemplateCache
@@ -45,15 +46,6 @@ LogicalOf = Callable[[sqlite3.Connection, Path], str]
 
 SharedCounts = OnceMap[tuple[str, tuple[str, ...], str], int]
 """Row counts by (content hash, denied tables, table)."""
-
-PRISTINE_MTIME_NS = 1_000_000_000
-"""The mtime a fresh copy gets (1970-01-01T00:00:01Z): a write sets the present instead."""
-
-
-def _same_file_state(before: os.stat_result, now: os.stat_result) -> bool:
-    """Nothing wrote the file between the two stats (same inode, size, times, mode)."""
-    fields = ("st_ino", "st_size", "st_mtime_ns", "st_ctime_ns", "st_mode")
-    return all(getattr(before, f) == getattr(now, f) for f in fields)
 
 
 class SQLiteProvisionedStore(ProvisionedStore):
@@ -118,7 +110,7 @@ class SQLiteProvisionedStore(ProvisionedStore):
         pristine, shared = self._pristine, self._shared_counts
         if pristine is None or shared is None:
             return None
-        if not _same_file_state(pristine[0], self._path.stat()):
+        if not same_state(pristine[0], self._path.stat()):
             return None
         key = (pristine[1], self._denied)
         return lambda table, count: shared.get((*key, table), count)
@@ -132,7 +124,7 @@ class SQLiteProvisionedStore(ProvisionedStore):
         """Logical and physical hashes; the logical one read through a private connection."""
         self._check_live()
         pristine = self._pristine
-        if pristine is not None and _same_file_state(pristine[0], self._path.stat()):
+        if pristine is not None and same_state(pristine[0], self._path.stat()):
             physical = pristine[1]
         else:
             self._pristine = None  # written once: hashed from now on
@@ -151,7 +143,7 @@ class SQLiteProvisionedStore(ProvisionedStore):
             raise StoreError(f"cannot fingerprint store {self.display_id}: {exc}") from exc
         finally:
             conn.close()
-        if not _same_file_state(before, self._path.stat()):
+        if not same_state(before, self._path.stat()):
             raise StoreError(f"store {self.display_id} changed while it was fingerprinted")
         return logical
 
@@ -222,8 +214,7 @@ class SQLiteStore(Store):
         try:
             shutil.copyfile(source, dest)
             dest.chmod(0o444)
-            os.utime(dest, ns=(PRISTINE_MTIME_NS, PRISTINE_MTIME_NS))
-            store.mark_pristine(dest.stat(), self._template_hash(source))
+            store.mark_pristine(set_pristine(dest), self._template_hash(source))
         except OSError as exc:
             store.teardown()
             raise StoreError(f"cannot copy dataset {dataset.name!r} to {dest}: {exc}") from exc
