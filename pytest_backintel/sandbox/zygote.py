@@ -144,7 +144,7 @@ class Zygote:
         argv = self.provider.zygote_argv(self.limits, store_mb=STORE_MB, spec=spec)
         files = [str(f) for f in group.procs_files]
         log = (self._folder / "stderr.txt").open("wb")
-        try:  # bwrap dies with the thread that starts it: one that lasts (`stores/common/lasting_start.py`)
+        try:  # bwrap dies with the thread that starts it: one that lasts (`start_lasting`)
             self._proc = start_lasting(
                 lambda: subprocess.Popen(
                     ["/bin/sh", "-c", JOIN_CGROUPS, str(len(files)), *files, *argv],
