@@ -188,7 +188,9 @@ def run_bench(pytester: pytest.Pytester, *args: str) -> tuple[list[dict[str, Any
 
 
 def test_a_spent_run_budget_ends_the_remaining_trials_unasked(pytester: pytest.Pytester) -> None:
-    records, run = run_bench(pytester, "--run-max-requests", "6")
+    # one trial at a time (a calibration analyst's `auto` is two on two cores), so which trial
+    # the budget stops is known
+    records, run = run_bench(pytester, "--run-max-requests", "6", "--concurrency", "1")
     outcomes = [r["outcome"] for r in records]
     assert outcomes[0] == "pass"  # 5 requests; the next trial may use only 1
     assert outcomes[1:] == ["budget_exceeded"] * 3
