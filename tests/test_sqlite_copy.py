@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stores.base import StoreError
 from stores.common.sqlite_file import quote_ident
 from stores.engine import sqlite_copy
 from stores.engine.sqlite_copy import build_from_parquet, cell_sql
@@ -136,3 +137,11 @@ def test_odd_names_are_quoted_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 )
 def test_only_exact_renderings_go_through_duckdb(kind: str, expected: str | None) -> None:
     assert cell_sql("c", kind) == expected
+
+
+def test_no_parquet_file_is_named(tmp_path: Path) -> None:
+    """An empty folder (a world or copy with no table) is a clear error, not a missing
+    temporary file."""
+    with pytest.raises(StoreError, match="no Parquet file to read"):
+        build_from_parquet([], tmp_path / "empty.sqlite")
+    assert not list(tmp_path.iterdir())

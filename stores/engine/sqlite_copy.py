@@ -49,6 +49,8 @@ def build_from_parquet(files: list[Path], dest: Path) -> None:
     cell by cell in Python."""
     import pyarrow.parquet as pq
 
+    if not files:
+        raise StoreError(f"cannot build the SQLite database {dest}: no Parquet file to read")
     tmp = dest.with_name(f"{dest.name}.{secrets.token_hex(4)}.tmp")
     try:
         for file in files:
