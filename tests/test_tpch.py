@@ -229,3 +229,21 @@ def test_docs_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(block, "docs/tpch.md", "exec"), {})
     expected = text.split("prints\n\n", 1)[1].split("\n\n", 1)[0]
     assert capsys.readouterr().out.splitlines() == [line.strip() for line in expected.splitlines()]
+
+
+def test_a_kept_hash_written_by_the_last_release_is_read_by_its_method(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last release kept `data_hash.json` without a `method` (only Olist-style worlds, by
+    `content_hash`): such a file is still read for them, and never taken as TPC-H's hash (its
+    hash is read again and kept with its method)."""
+    from scenarios.world_base import DATA_HASH_FILE, _files_state, built_content_hash
+
+    built = TpchWorld().ensure_built(tmp_path, SNAP)
+    kept = built.parquet_dir.parent / DATA_HASH_FILE
+    old = {"data_hash": "0" * 64, "files": _files_state(built.parquet_dir)}  # no `method`
+    kept.write_text(json.dumps(old))
+    assert built_content_hash(built.parquet_dir) == "0" * 64  # content_hash's file: read
+    manifest = json.loads(built.extra["manifest"].read_text())
+    assert TpchWorld().data_hash(built) == manifest["data_hash"]  # not the method's: hashed
+    assert json.loads(kept.read_text())["method"] == TpchWorld.fingerprint_method

@@ -64,7 +64,9 @@ def _batches(path: Path, batch_rows: int) -> Iterator[tuple[int, int]]:
         yield offset, rows
 
 
-def _kept_mask(plan: DropPlan, table: str, path: Path, columns: list[str]) -> pl.Series | None:
+def _kept_mask(
+    plan: DropPlan, table: str, path: Path, columns: list[str], height: int
+) -> pl.Series | None:
     """Which rows of `table` the copy keeps, from the columns its condition reads (a key's
     dropped values are hashed once, not once per batch); None when the condition reads every
     column (a table with no key drops rows by a hash of the whole row), left to each batch."""
@@ -75,7 +77,7 @@ def _kept_mask(plan: DropPlan, table: str, path: Path, columns: list[str]) -> pl
         return None
     frame = pl.read_parquet(path, columns=sorted(set(read))) if read else None
     if frame is None:  # a constant condition
-        return pl.repeat(pl.select(~plan.conditions[table]).item(), _height(path), eager=True)
+        return pl.repeat(pl.select(~plan.conditions[table]).item(), height, eager=True)
     return frame.select((~plan.conditions[table]).alias("kept"))["kept"]
 
 
@@ -93,7 +95,7 @@ def _write_table(
             moved = plan.transform(table, plan.kept(table, whole), 0, whole)
             _append(writer, moved)
             return moved.equals(whole)
-        mask = _kept_mask(plan, table, path, writer.schema.names)
+        mask = _kept_mask(plan, table, path, writer.schema.names, height)
         kept = 0
         for offset, rows in _batches(path, batch_rows):
             batch = source.slice(offset, rows).collect()
