@@ -227,3 +227,27 @@ def test_an_external_agents_method_hash_covers_its_folder_and_command(tmp_path: 
     assert method_hash(spec, "external", {"model": None}) != first
     assert method_hash(spec + " --fast", "external", {"model": None}) != first
     assert method_hash(spec, "external", {"model": "openai:gpt-5.1"}) != first
+
+
+def test_an_external_agents_method_hash_takes_dependencies_by_their_lock_file(
+    tmp_path: Path,
+) -> None:
+    """`npm ci` in the agent's folder (another test, another process) rewrites node_modules
+    while a run starts: that is neither a different method nor an error."""
+    from pytest_backintel.records.method_hash import folder_files, method_hash
+    from pytest_backintel.records.writer import hash_files
+
+    (tmp_path / "agent.py").write_text("print(1)\n")
+    (tmp_path / "node" / "node_modules" / "dep").mkdir(parents=True)
+    (tmp_path / "node" / "node_modules" / "dep" / "index.js").write_text("1\n")
+    (tmp_path / "node" / "package-lock.json").write_text('{"v": 1}\n')
+    spec = f"cmd:python {tmp_path / 'agent.py'}"
+    first = method_hash(spec, "external", {"model": None})
+    (tmp_path / "node" / "node_modules" / "dep" / "index.js").write_text("2\n")
+    assert method_hash(spec, "external", {"model": None}) == first
+    (tmp_path / "node" / "package-lock.json").write_text('{"v": 2}\n')
+    assert method_hash(spec, "external", {"model": None}) != first
+    assert folder_files(tmp_path / "gone") == []
+    listed = folder_files(tmp_path)
+    (tmp_path / "agent.py").unlink()
+    assert hash_files(listed, tmp_path) == hash_files(folder_files(tmp_path), tmp_path)

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,37 @@ from typing import Any
 from pytest_backintel.options import BenchOptions, spec_kind
 from pytest_backintel.records.writer import hash_files
 
-__all__ = ["SOURCE_SUFFIXES", "analyst_method_hash", "method_hash", "model_api_of", "package_files"]
+__all__ = [
+    "SKIPPED_DIRS",
+    "SOURCE_SUFFIXES",
+    "analyst_method_hash",
+    "folder_files",
+    "method_hash",
+    "model_api_of",
+    "package_files",
+]
 
 SOURCE_SUFFIXES = frozenset({".py", ".md", ".txt", ".yaml", ".yml", ".json", ".toml", ".j2"})
+
+SKIPPED_DIRS = frozenset(
+    {"__pycache__", "node_modules", ".venv", "venv", ".git", ".mypy_cache", ".pytest_cache",
+     ".ruff_cache", ".hypothesis"}
+)  # fmt: skip
+"""Folders a method hash does not enter: installed dependencies (their lock file is hashed
+instead) and tools' caches. Another process may rewrite them while a run starts."""
+
+
+def folder_files(root: Path, suffixes: frozenset[str] | None = None) -> list[Path]:
+    """The files under `root` (with one of `suffixes`, if given), outside `SKIPPED_DIRS`; a
+    folder that vanishes while it is listed is left out, never an error."""
+    found: list[Path] = []
+    for here, dirs, names in os.walk(root, onerror=lambda _: None):
+        dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS]
+        for name in names:
+            path = Path(here, name)
+            if (suffixes is None or path.suffix in suffixes) and path.is_file():
+                found.append(path)
+    return found
 
 
 def package_files(module: str) -> tuple[list[Path], Path] | None:
@@ -35,12 +64,7 @@ def package_files(module: str) -> tuple[list[Path], Path] | None:
         return None
     if spec.submodule_search_locations:
         base = Path(next(iter(spec.submodule_search_locations)))
-        files = [
-            p
-            for p in base.rglob("*")
-            if p.suffix in SOURCE_SUFFIXES and p.is_file() and "__pycache__" not in p.parts
-        ]
-        return files, base
+        return folder_files(base, SOURCE_SUFFIXES), base
     if spec.origin and Path(spec.origin).is_file():
         origin = Path(spec.origin)
         return [origin], origin.parent
@@ -85,7 +109,8 @@ def model_api_of(opts: BenchOptions) -> str | None:
 
 def _external_hash(spec: str, settings: dict[str, Any]) -> str:
     """The command, every file of the folder of the first file it names (the folder mounted
-    for the agent), and the model settings its requests go through."""
+    for the agent; installed dependencies by their lock file), and the model settings its
+    requests go through."""
     command = spec.removeprefix("cmd:").strip()
     files: list[Path] = []
     root: Path | None = None
@@ -93,7 +118,7 @@ def _external_hash(spec: str, settings: dict[str, Any]) -> str:
         for arg in shlex.split(command):
             if Path(arg).is_file():
                 root = Path(arg).resolve().parent
-                files = [p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+                files = folder_files(root)
                 break
     text = json.dumps({"command": command, **settings}, sort_keys=True, default=str)
     return hashlib.sha256(f"{hash_files(files, root)}\n{text}".encode()).hexdigest()

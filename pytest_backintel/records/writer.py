@@ -93,11 +93,16 @@ def git_state(root: Path) -> dict[str, Any]:
 
 
 def hash_files(paths: list[Path], root: Path | None = None) -> str:
-    """sha256 over the files' relative names and bytes, in sorted order."""
+    """sha256 over the files' relative names and bytes, in sorted order (a file removed since
+    it was listed is left out)."""
     digest = hashlib.sha256()
     for path in sorted(paths):
         name = str(path.relative_to(root)) if root else path.name
-        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        digest.update(name.encode() + b"\0" + data + b"\0")
     return digest.hexdigest()
 
 

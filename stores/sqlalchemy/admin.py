@@ -80,7 +80,9 @@ class MySQLAdmin:
         self.run(*statements)
 
     def load_parquet(self, database: str, parquet_dir: Path) -> list[str]:
-        """One table per `<table>.parquet` in `database`, types mapped by `sql_type`."""
+        """One table per `<table>.parquet` in `database`, types mapped by `sql_type`; then each
+        table analysed, so the statistics InnoDB would recalculate in the background seconds
+        later (moving `data_length`, part of the physical fingerprint) are final at once."""
         tables = sorted(p.stem for p in parquet_dir.glob("*.parquet"))
         raw = self.engine.raw_connection()
         try:
@@ -89,6 +91,9 @@ class MySQLAdmin:
                 data = pq.read_table(parquet_dir / f"{table}.parquet")
                 self._load_table(cursor, database, table, data)
             raw.commit()
+            for table in tables:
+                cursor.execute(f"ANALYZE TABLE {self.quote(database)}.{self.quote(table)}")
+                cursor.fetchall()
         finally:
             raw.close()
         return tables
