@@ -204,7 +204,8 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         metavar="N",
         help="trials in flight per process, each reported as its own item in order "
-        "(default auto: 4 for a model analyst, 1 otherwise)",
+        "(default auto: 4 for a model analyst or an external agent, 2 for a calibration "
+        "analyst on two or more cores, one of them while a world is built ahead; 1 otherwise)",
     )
     group.addoption(
         "--max-connections",

@@ -13,12 +13,14 @@ import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from pytest_backintel.collect.loading import DEFINITIONS_DIR, find_scenarios
 from pytest_backintel.run.pipeline import TrialPipeline
+from pytest_backintel.run.world_builds import Ahead, WorldBuilds
 from pytest_backintel.testing.model_server import ModelServer, Step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,6 +197,72 @@ def test_the_pipeline_keeps_n_in_flight_and_hands_each_result_over_once() -> Non
     assert pipeline.pending() == []
     with pytest.raises(ValueError, match="at least 1"):
         TrialPipeline(0, prepare)
+
+
+def _until(check: Callable[[], bool]) -> None:
+    """Wait (up to 10 s) for `check`, which other threads make true."""
+    deadline = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_the_pipeline_passes_over_a_trial_that_would_wait_and_tops_up_as_trials_end() -> None:
+    """Trial 0's world is being built elsewhere: the lanes go to 1 and 2, and as trials end
+    the pipeline starts the next ones itself, 0 first once its world is built; `lanes()`
+    bounds how many run (fewer while a world is built ahead)."""
+    building, started, lanes = threading.Event(), [], [2]
+    release = {key: threading.Event() for key in range(6)}
+    building.set()
+
+    def prepare(key: int) -> int:
+        started.append(key)
+        release[key].wait(10)
+        return key
+
+    pipeline: TrialPipeline[int, int] = TrialPipeline(
+        2, prepare, lambda key: key == 0 and building.is_set(), lambda: lanes[0]
+    )
+    pipeline.ensure_started(range(6))
+    _until(lambda: sorted(started) == [1, 2])
+    release[1].set()
+    _until(lambda: len(started) == 3)
+    assert started[2] == 3
+    building.clear()
+    lanes[0] = 1
+    release[2].set()
+    release[3].set()
+    _until(lambda: len(started) == 4)
+    assert started[3] == 0
+    time.sleep(0.05)
+    assert len(started) == 4, "one lane: the next waits for trial 0 to end"
+    for event in release.values():
+        event.set()
+    assert [pipeline.take(key).result for key in range(6)] == list(range(6))
+    pipeline.close()
+    assert sorted(started) == list(range(6))
+
+
+def test_world_builds_say_what_is_under_way_and_when_the_background_thread_works() -> None:
+    builds: WorldBuilds[str, int] = WorldBuilds()
+    changes: list[bool] = []
+    builds.on_change.append(lambda: changes.append(builds.under_way("tpch")))
+    gate, seen = threading.Event(), []
+
+    def build() -> int:
+        seen.append((builds.under_way("tpch"), builds.working_ahead()))
+        gate.wait(10)
+        return 1
+
+    thread = builds.prefetch([Ahead("tpch", build, "world tpch")])
+    _until(lambda: bool(seen))
+    assert seen == [(True, True)]
+    gate.set()
+    thread.join(10)
+    assert (builds.under_way("tpch"), builds.working_ahead()) == (False, False)
+    assert changes[0] is True
+    assert changes[-1] is False
+    assert builds.get("tpch", lambda: 2) == 1
 
 
 SERVER_CASES = ("l1-delivered-orders", "l1-canceled-orders-2018")

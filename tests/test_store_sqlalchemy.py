@@ -157,7 +157,6 @@ def test_reads_of_every_shape_run(item: ProvisionedStore) -> None:
         assert session.tables_read("WITH a AS (SELECT * FROM orders) SELECT * FROM a") == {"orders"}
 
 
-
 @only(lambda case: case.family == "sqlalchemy")
 def test_the_servers_own_statistics_update_leaves_the_fingerprint_as_it_was(
     store: Store, tmp_path: Path

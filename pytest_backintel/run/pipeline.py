@@ -19,6 +19,8 @@ from typing import Generic, TypeVar
 __all__ = [
     "AUTO_CONCURRENCY",
     "CALIBRATION_CONCURRENCY",
+    "LOOKAHEAD",
+    "UPCOMING",
     "Prepared",
     "TrialPipeline",
     "trials_in_flight",
@@ -38,6 +40,9 @@ one waits on a child the other uses the second core."""
 LOOKAHEAD = 4
 """Prepared-but-unreported trials kept at most, as a multiple of N (bounds memory when one slow
 trial holds up the reports behind it)."""
+UPCOMING = 4 * LOOKAHEAD
+"""How far ahead, as a multiple of N, the pipeline looks for trials it can start now: past the
+ones that would only wait for a world another thread is building."""
 
 
 def trials_in_flight(
@@ -67,18 +72,29 @@ class Prepared(Generic[R]):
 class TrialPipeline(Generic[K, R]):
     """Runs `prepare(key)` for up to `size` keys at once, ahead of the caller's order.
 
-    `ensure_started(upcoming)` tops the window up from the keys the caller will ask for next;
-    `take(key)` blocks until that key's trial is prepared (starting it now if it was not) and
-    hands it over exactly once."""
+    `ensure_started(upcoming)` tops the window up from the keys the caller will ask for next,
+    passing over those that would only wait (`waits_for`: a world another thread is building),
+    with at most `lanes()` running (`size` by default; fewer while the machine's cores build a
+    world); each trial that ends tops it up again. `take(key)` blocks until that key's trial is
+    prepared (starting it now if it was not) and hands it over exactly once."""
 
-    def __init__(self, size: int, prepare: Callable[[K], R]) -> None:
+    def __init__(
+        self,
+        size: int,
+        prepare: Callable[[K], R],
+        waits_for: Callable[[K], bool] = lambda _key: False,
+        lanes: Callable[[], int] | None = None,
+    ) -> None:
         if size < 1:
             raise ValueError(f"concurrency must be at least 1, got {size}")
         self.size = size
-        self._prepare = prepare
+        self._prepare, self._waits_for = prepare, waits_for
+        self._lanes = lanes or (lambda: size)
         self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="backintel-trial")
         self._futures: dict[K, Future[Prepared[R]]] = {}
-        self._lock = threading.Lock()
+        self._taken: set[K] = set()
+        self._upcoming: list[K] = []
+        self._lock = threading.RLock()  # a done callback may run in the thread that holds it
         self._closed = False
 
     def _run(self, key: K) -> Prepared[R]:
@@ -89,18 +105,28 @@ class TrialPipeline(Generic[K, R]):
 
     def _start(self, key: K) -> None:
         if key not in self._futures:
-            self._futures[key] = self._pool.submit(self._run, key)
+            future = self._futures[key] = self._pool.submit(self._run, key)
+            future.add_done_callback(lambda _done: self.top_up())
 
     def ensure_started(self, upcoming: Iterable[K]) -> None:
-        """Start trials for the next keys until `size` run at once (or the lookahead is full)."""
+        """Start trials for the next keys that need not wait, until `lanes()` run at once (or
+        the lookahead is full); remember the keys for the top-ups as trials end."""
+        with self._lock:
+            self._upcoming = list(upcoming)
+        self.top_up()
+
+    def top_up(self) -> None:
+        """Start what the last `ensure_started` keys allow now (a trial ended, a build did)."""
         with self._lock:
             if self._closed:
                 return
-            for key in upcoming:
+            lanes = max(1, min(self.size, self._lanes()))
+            for key in self._upcoming:
                 running = sum(not f.done() for f in self._futures.values())
-                if running >= self.size or len(self._futures) >= self.size * LOOKAHEAD:
+                if running >= lanes or len(self._futures) >= self.size * LOOKAHEAD:
                     break
-                self._start(key)
+                if key not in self._futures and key not in self._taken and not self._waits_for(key):
+                    self._start(key)
 
     def take(self, key: K) -> Prepared[R]:
         """The prepared trial of `key` (waiting for it; starting it if nobody had)."""
@@ -110,6 +136,7 @@ class TrialPipeline(Generic[K, R]):
         prepared = future.result()
         with self._lock:
             del self._futures[key]
+            self._taken.add(key)
         return prepared
 
     def pending(self) -> list[K]:

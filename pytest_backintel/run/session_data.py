@@ -246,6 +246,11 @@ class SessionData:
         built = self._worlds[key] = (files, world.data_hash(files), world)
         return built
 
+    def world_build_under_way(self, item: ScenarioItem) -> bool:
+        """The item's world is being built by another thread now: its trial would only wait."""
+        dataset = item.scenario.dataset
+        return self.worlds_ahead.under_way((dataset.world, dataset.snapshot))
+
     def world_build_cost(self, scenario: Scenario) -> float:
         """About how many seconds building the scenario's world takes here (0 when it is built
         or the world cannot say: `World.build_cost`); the longest is built ahead first."""

@@ -19,7 +19,7 @@ from pytest_backintel.records.writer import trial_record
 from pytest_backintel.run._compat import upcoming_items
 from pytest_backintel.run.failure import ScenarioFailure
 from pytest_backintel.run.matrix import cassette_folder
-from pytest_backintel.run.pipeline import LOOKAHEAD, TrialPipeline, trials_in_flight
+from pytest_backintel.run.pipeline import UPCOMING, TrialPipeline, trials_in_flight
 from pytest_backintel.run.scoped_python import ScopedPython
 from pytest_backintel.run.session_data import SessionData
 from pytest_backintel.run.trial import TrialResult, run_trial
@@ -39,7 +39,19 @@ class SessionTrials(SessionData):
         size = self.concurrency * (self.matrix.providers if self.matrix else 1)
         if size > 1 and self.pipeline is None:
             self.tracing.start()  # instrument agents once, before any worker thread runs one
-            self.pipeline = TrialPipeline(size, self.prepare_trial)
+            lanes = self.lanes if self.options.concurrency is None else None
+            self.pipeline = TrialPipeline(
+                size, self.prepare_trial, self.world_build_under_way, lanes
+            )
+            self.worlds_ahead.on_change.append(self.pipeline.top_up)
+
+    def lanes(self) -> int:
+        """Trials run at once under `auto`: a calibration analyst's trials are CPU work, so
+        one core is left to a world built ahead while it is built (a model's wait on it)."""
+        assert self.pipeline is not None
+        size = self.pipeline.size
+        busy = self.analyst.kind == "calibration" and self.worlds_ahead.working_ahead()
+        return size - 1 if busy else size
 
     @property
     def concurrency(self) -> int:
@@ -60,7 +72,7 @@ class SessionTrials(SessionData):
             assert store is not None, "a serial item has its store from the fixture"
             result, trace_id = self.execute(item, store, python)
         else:
-            limit = self.pipeline.size * LOOKAHEAD
+            limit = self.pipeline.size * UPCOMING
             self.pipeline.ensure_started(upcoming_items(self.config, item, limit))
             prepared = self.pipeline.take(item)
             if prepared.error is not None:  # the store or sandbox failed before the trial

@@ -61,8 +61,9 @@ class WorldBuilds(Generic[K, V]):
         self._lock = threading.Lock()
         self._done: dict[K, Future[V]] = {}
         self._started: dict[K, tuple[str, float]] = {}
-        self.on_change: Callable[[], None] | None = None
-        """Called when a build starts or ends (the status line redraws)."""
+        self._ahead_busy = threading.Event()
+        self.on_change: list[Callable[[], None]] = []
+        """Called when a build starts or ends (trials that waited for it can start)."""
 
     def get(self, key: K, build: Callable[[], V], label: str = "") -> V:
         """The value for `key`: built here if nobody started it, else waited for."""
@@ -92,16 +93,29 @@ class WorldBuilds(Generic[K, V]):
             costs = [_cost(ahead) for ahead in wanted]
             order = sorted(range(len(wanted)), key=lambda i: -costs[i])  # stable: need order
             for ahead in (wanted[i] for i in order):
+                self._ahead_busy.set()
                 try:
                     self.get(ahead.key, ahead.build, ahead.label)
                     if ahead.then is not None:
                         ahead.then()
                 except Exception:  # the item that needs the world reports the failure
                     continue
+                finally:
+                    self._ahead_busy.clear()
+                    self._changed()
 
         thread = threading.Thread(target=run, name="backintel-worlds", daemon=True)
         thread.start()
         return thread
+
+    def under_way(self, key: K) -> bool:
+        """Somebody is building `key` now (a trial that needs it would only wait)."""
+        with self._lock:
+            return key in self._started
+
+    def working_ahead(self) -> bool:
+        """The background thread is building a world or its follow-up now (using a core)."""
+        return self._ahead_busy.is_set()
 
     def building(self) -> list[tuple[str, float]]:
         """(label, seconds so far) of each build under way, oldest first."""
@@ -111,8 +125,8 @@ class WorldBuilds(Generic[K, V]):
         return [(label, now - began) for label, began in started]
 
     def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
+        for listener in list(self.on_change):
+            listener()
 
 
 def world_label(key: tuple[str, str]) -> str:
