@@ -171,8 +171,10 @@ def test_generate_is_cached_per_config_and_gives_the_uncached_frames(
     first["orders"] = first["orders"].head(1)  # a caller's own dict: the cache is untouched
     del first["sellers"]
     third = generate(config)
-    assert calls == [config] and sorted(third) == sorted(fresh)
-    assert third["orders"].equals(fresh["orders"]) and third["orders"].height == 90
+    assert calls == [config]
+    assert sorted(third) == sorted(fresh)
+    assert third["orders"].equals(fresh["orders"])
+    assert third["orders"].height == 90
     others = [OlistConfig(seed=s, orders=60) for s in range(generator.CACHED_CONFIGS)]
     for other in others:
         generate(other)
