@@ -134,7 +134,17 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[SESSION_KEY].count_items(session.items)  # the items left to run
     heap.freeze_after_collection(any(isinstance(i, ScenarioItem) for i in session.items))
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    """After an item's fixtures are torn down: its dataset's probes go after its last item."""
+    try:
+        return (yield)
+    finally:
+        item.config.stash[SESSION_KEY].item_done(item)
 
 
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:

@@ -49,3 +49,28 @@ def test_a_failed_computation_is_tried_again_and_other_keys_do_not_wait() -> Non
     assert cache.get("other", lambda: 2) == 2
     assert sorted(cache.drain()) == [1, 2]
     assert cache.peek("k") is None
+
+
+def test_pop_waits_for_a_computation_under_way_and_the_next_get_computes_again() -> None:
+    cache: OnceMap[str, int] = OnceMap()
+    started, finish = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        started.set()
+        assert finish.wait(10)
+        return 1
+
+    builder = threading.Thread(target=cache.get, args=("k", slow))
+    builder.start()
+    assert started.wait(10)
+    popped: list[int | None] = []
+    popper = threading.Thread(target=lambda: popped.append(cache.pop("k")))
+    popper.start()
+    finish.set()
+    builder.join(10)
+    popper.join(10)
+    assert popped == [1]
+    assert cache.peek("k") is None
+    assert cache.pop("never") is None
+    assert cache.get("k", lambda: 2) == 2
+    assert sorted(cache.asked()) == ["k"]

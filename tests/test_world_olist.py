@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scenarios.olist.generator import OlistConfig, generate
+from scenarios.olist import generator
+from scenarios.olist.generator import OlistConfig, _generate, generate
 from scenarios.olist.world import OlistWorld
 from scenarios.worlds import (
     COMPLETE_MARKER,
@@ -129,7 +130,7 @@ def violations(t: Tables) -> list[str]:
 @given(seed=st.integers(0, 2**32 - 1), orders=st.integers(60, 400))
 def test_generator_is_deterministic_and_planted_mess_is_present(seed: int, orders: int) -> None:
     config = OlistConfig(seed=seed, orders=orders)
-    first, second = generate(config), generate(config)
+    first, second = _generate(config), _generate(config)  # uncached: two real generations
     assert sorted(first) == sorted(second)
     for name in first:
         assert first[name].equals(second[name]), name
@@ -148,6 +149,37 @@ def test_two_builds_of_one_config_have_the_same_data_hash(seed: int, orders: int
             assert pl.read_parquet(first.parquet_dir / f"{table}.parquet").equals(
                 pl.read_parquet(second.parquet_dir / f"{table}.parquet")
             )
+
+
+def test_generate_is_cached_per_config_and_gives_the_uncached_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[OlistConfig] = []
+
+    def counted(config: OlistConfig) -> dict[str, pl.DataFrame]:
+        calls.append(config)
+        return _generate(config)
+
+    monkeypatch.setattr(generator, "_generate", counted)
+    monkeypatch.setattr(generator, "_CACHE", type(generator._CACHE)())
+    config = OlistConfig(seed=11, orders=90)
+    first, second = generate(config), generate(config)
+    assert calls == [config]  # the second call did not generate again
+    fresh = _generate(config)
+    assert sorted(first) == sorted(second) == sorted(fresh)
+    assert all(first[t].equals(fresh[t]) and second[t].equals(fresh[t]) for t in fresh)
+    first["orders"] = first["orders"].head(1)  # a caller's own dict: the cache is untouched
+    del first["sellers"]
+    third = generate(config)
+    assert calls == [config]
+    assert sorted(third) == sorted(fresh)
+    assert third["orders"].equals(fresh["orders"])
+    assert third["orders"].height == 90
+    others = [OlistConfig(seed=s, orders=60) for s in range(generator.CACHED_CONFIGS)]
+    for other in others:
+        generate(other)
+    generate(config)  # the oldest config was dropped: generated again
+    assert calls == [config, *others, config]
 
 
 def test_different_seeds_give_different_data() -> None:

@@ -22,7 +22,16 @@ from stores.probe import shift_factor
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["DROP_ONE_IN", "DropPlan", "entity_key", "narrow_columns", "plan_drops"]
+__all__ = [
+    "DROP_ONE_IN",
+    "UNIQUE_PART_ROWS",
+    "DropPlan",
+    "entity_key",
+    "narrow_columns",
+    "plan_drops",
+    "unique_key",
+    "unique_parts",
+]
 
 DROP_ONE_IN = 4
 
@@ -45,18 +54,24 @@ def _hits(dtype: pl.DataType, col: str, values: pl.Series) -> pl.Expr:
     return pl.col(col).cast(pl.String).is_in(values.cast(pl.String).implode())
 
 
-UNIQUE_PART_ROWS = 1_000_000
-"""Rows of a key checked for repeats at a time (rows with equal keys share a part)."""
+UNIQUE_PART_ROWS = 100_000
+"""Rows of a key checked for repeats at a time (rows with equal keys share a part): TPC-H
+SF1's `lineitem` in 61 parts, whose hash tables hold 100k rows each, not 1M."""
 
 
-def _unique(df: pl.DataFrame, cols: list[str]) -> bool:
+def unique_parts(rows: int) -> int:
+    """How many parts a key of `rows` rows is checked for repeats in (`UNIQUE_PART_ROWS`)."""
+    return max(1, -(-rows // UNIQUE_PART_ROWS))
+
+
+def unique_key(df: pl.DataFrame, cols: list[str]) -> bool:
     """No NULL in `cols` and no two rows with the same values there (checked in parts split
     by a hash of the first column, so no hash table holds more than a part's rows)."""
     import polars as pl
 
     if any(df[c].null_count() for c in cols):
         return False
-    parts = -(-df.height // UNIQUE_PART_ROWS)
+    parts = unique_parts(df.height)
     keys = df.select(cols)
     for part in range(parts):
         rows = keys if parts == 1 else keys.filter(pl.col(cols[0]).hash() % parts == part)
@@ -74,9 +89,9 @@ def entity_key(df: pl.DataFrame, names: dict[str, str], declared: list[str] | No
         return list(declared)
     like = [c for c in names if id_like(c) or id_like(names[c])]
     for col in like:
-        if _unique(df, [col]):
+        if unique_key(df, [col]):
             return [col]
-    if len(like) > 1 and _unique(df, like):
+    if len(like) > 1 and unique_key(df, like):
         return like
     return []
 

@@ -3,7 +3,8 @@ evidence is run again and must give what the evaluator's check query gives there
 
 One probe per backend spec and dataset, provisioned on first use and shared by the items of
 a process (evidence only ever reads it, through read-only sessions that one trial at a time
-uses and the next may reuse); torn down at the end of the session. The check query's values
+uses and the next may reuse); torn down once the session's last item of the dataset is done
+(`Probes.release`, `probe_leases`) or at the end of the session. The check query's values
 on the probe are computed once per scenario.
 """
 
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_backintel.evidence.dialects import translate
+from pytest_backintel.evidence.probe_build import probe_store
+from pytest_backintel.evidence.probe_leases import ProbeLeases
 from pytest_backintel.evidence.values import EVIDENCE_MAX_ROWS, values_from_result
 from pytest_backintel.scenario import Scenario
 from stores.base import (
@@ -39,6 +42,7 @@ __all__ = [
     "DataProbe",
     "ProbeTimeout",
     "Probes",
+    "ProbesReleased",
     "PythonFactory",
     "probe_limit",
     "scenario_key",
@@ -188,15 +192,12 @@ SALTS = (1, 2)
 to leave unchanged (a rare count whose rows all survived) is still caught by the other."""
 
 
-def source_form_of(files: DatasetFiles) -> str | None:
-    """`perturb.source_form`, imported on first use (polars stays unimported until then)."""
-    from pytest_backintel.evidence.perturb import source_form
-
-    return source_form(files)
+class ProbesReleased(StoreError):
+    """Probes not built ahead: no more items of the session need them (`Probes.release`)."""
 
 
 class Probes:
-    """Probes by (backend spec, dataset folder), provisioned on first use."""
+    """Probes by (backend spec, dataset folder), provisioned on first use, closed on release."""
 
     def __init__(self, cache_dir: Callable[[], Path]) -> None:
         self.cache_dir = cache_dir
@@ -204,7 +205,8 @@ class Probes:
         """Built once per key; concurrent trials wait for the first build, not each other's."""
         self._warming: dict[tuple[str, str], threading.Thread] = {}
         self._warming_lock = threading.Lock()
-        self._variants: list[DataProbe] = []
+        self._variants: dict[tuple[str, str], list[DataProbe]] = {}
+        self.leases = ProbeLeases[tuple[str, str]](self._close)
         self.moves = OnceMap[tuple[str, str, str, int], list[DataProbe]]()
         """Per scenario, the probes found to move what the usual ones leave (`probe_moves`)."""
 
@@ -215,12 +217,40 @@ class Probes:
         files: DatasetFiles,
         python: PythonFactory | None = None,
         data_hash: str | None = None,
+        *,
+        ahead: bool = False,
     ) -> list[DataProbe]:
         """The probes of `files` on `backend`: a Parquet dataset, or a user's SQLite, DuckDB,
         CSV or PostgreSQL source (`data_hash` names its perturbed copies; a SQLite or
-        PostgreSQL source's probes are views over it, `Store.view_probe_kind`)."""
+        PostgreSQL source's probes are views over it, `Store.view_probe_kind`). Built `ahead`
+        of a trial, `ProbesReleased` once they have been released."""
         key = (spec, str(files.parquet_dir))
-        return self._probes.get(key, lambda: self._build(backend, files, python, data_hash))
+
+        def build() -> list[DataProbe]:
+            if ahead and key in self.leases.released:
+                raise ProbesReleased(f"the probes of {files.name!r} are released")
+            return self._build(backend, files, python, data_hash)
+
+        return self._probes.get(key, build)
+
+    def using(self, spec: str, folder: str) -> contextlib.AbstractContextManager[None]:
+        """Held by a trial while it may use the probes of `folder` on `spec`: no release
+        closes them until it lets go."""
+        return self.leases.using((spec, folder))
+
+    def release(self, spec: str, folder: str) -> None:
+        """Close the probes of `folder` on `spec` (every variant too) once no trial holds them:
+        no more items of this session need them. A trial asking again builds them anew."""
+        self.leases.release((spec, folder))
+
+    def _close(self, key: tuple[str, str]) -> None:
+        probes = self._probes.pop(key) or []  # waits for a build under way
+        for moved in [k for k in self.moves.asked() if k[:2] == key]:
+            self.moves.pop(moved)
+        with self._warming_lock:
+            variants = self._variants.pop(key, [])
+        for probe in [*probes, *variants]:
+            probe.close()
 
     def warm(
         self,
@@ -238,7 +268,7 @@ class Probes:
         back), so the build does not take the GIL from the trial on its way to the model."""
         key = (spec, str(files.parquet_dir))
         with self._warming_lock:
-            if key in self._warming:
+            if key in self._warming or key in self.leases.released:
                 return
             thread = threading.Thread(
                 target=self._warm_one,
@@ -261,7 +291,7 @@ class Probes:
         if after is not None:
             after()
         with contextlib.suppress(Exception):  # the trial's own `get` reports it
-            self.get(spec, backend, files, python, data_hash)
+            self.get(spec, backend, files, python, data_hash, ahead=True)
 
     def _build(
         self,
@@ -290,6 +320,7 @@ class Probes:
 
     def variant(
         self,
+        spec: str,
         backend: Store,
         files: DatasetFiles,
         python: PythonFactory | None,
@@ -299,7 +330,7 @@ class Probes:
     ) -> DataProbe | None:
         """A probe that must move an answer (`probe_moves`): small tables drop rows, integers
         grow, rows holding one of `moving` in a text column go; None for a store that serves
-        its own probes (it has no such variant). Torn down with the others."""
+        its own probes (it has no such variant). Closed with the others of `spec`."""
         from pytest_backintel.evidence.perturb import source_form
 
         form = source_form(files)
@@ -313,7 +344,7 @@ class Probes:
             views = (kind, moving_plans(plan, moving), notes)
         probe = self._one(backend, files, python, data_hash, salt, moving, views)
         with self._warming_lock:
-            self._variants.append(probe)
+            self._variants.setdefault((spec, str(files.parquet_dir)), []).append(probe)
         return probe
 
     def _one(
@@ -327,11 +358,8 @@ class Probes:
         views: Any,
     ) -> DataProbe:
         try:
-            if views is not None:
-                store, notes = self._view_probe(backend, files, salt, data_hash, views)
-            else:
-                form = source_form_of(files)
-                store, notes = self._provision(backend, files, form, salt, data_hash, moving)
+            args = (backend, files, self.cache_dir(), salt, data_hash, moving, views)
+            store, notes = probe_store(*args)
         except StoreError:
             raise
         except Exception as exc:  # sqlite3, DuckDB, psycopg, polars, OS errors
@@ -354,44 +382,13 @@ class Probes:
         except Exception as exc:  # engine or OS errors
             raise StoreError(f"could not plan the data probe of {files.name!r}: {exc}") from exc
 
-    def _view_probe(
-        self, backend: Store, files: DatasetFiles, salt: int, data_hash: str | None, views: Any
-    ) -> tuple[ProvisionedStore, list[str]]:
-        kind, plan, notes = views
-        probe = kind.probe(backend, files, self.cache_dir(), salt, data_hash, plan, notes)
-        return probe, notes
-
-    def _provision(
-        self,
-        backend: Store,
-        files: DatasetFiles,
-        form: str | None,
-        salt: int,
-        data_hash: str | None,
-        moving: tuple[str, ...] | None = None,
-    ) -> tuple[ProvisionedStore, list[str]]:
-        # imported here: only a run whose answers cite evidence builds probes (polars, Arrow)
-        from pytest_backintel.evidence.perturb import FILE_FORMS, notes_of, perturb_dataset
-
-        if form == "parquet":
-            copy = perturb_dataset(files, self.cache_dir(), salt, moving)
-            return backend.provision(copy), notes_of(copy)
-        if form not in FILE_FORMS:
-            raise ValueError(f"no perturbed copy can be made of {files.name!r} ({form})")
-        if data_hash is None:
-            raise ValueError(f"the {form} source of {files.name!r} has no data hash")
-        from pytest_backintel.evidence.perturb_sources import perturb_source
-
-        copy = perturb_source(files, form, self.cache_dir(), salt, data_hash, moving)
-        return backend.provision(copy), notes_of(copy)
-
     def teardown(self) -> None:
         with self._warming_lock:
             warming, self._warming = list(self._warming.values()), {}
         for thread in warming:
             thread.join()
         with self._warming_lock:
-            variants, self._variants = self._variants, []
-        for group in [*self._probes.drain(), variants]:
+            variants, self._variants = list(self._variants.values()), {}
+        for group in [*self._probes.drain(), *variants]:
             for probe in group:
                 probe.close()

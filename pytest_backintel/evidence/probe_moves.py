@@ -113,6 +113,7 @@ class _Search:
     """One scenario's search on one dataset: what it needs, and what it found."""
 
     probes: Probes
+    spec: str
     backend: Store
     files: DatasetFiles
     python: PythonFactory | None
@@ -122,7 +123,7 @@ class _Search:
     base: list[DataProbe]
 
     def variant(self, salt: int, texts: tuple[str, ...]) -> DataProbe | None:
-        args = (self.backend, self.files, self.python, self.data_hash, salt, texts)
+        args = (self.spec, self.backend, self.files, self.python, self.data_hash, salt, texts)
         return self.probes.variant(*args)
 
     def left(self, still: list[str], probe: DataProbe) -> list[str] | None:
@@ -184,7 +185,8 @@ def search_moves(
     """The full search's result and its key, cache or not (`backintel references benchmark`
     writes the shipped ones as a seed); None when the usual probes move the whole answer."""
     base = probes.get(spec, backend, files, None, data_hash)
-    search = _Search(probes, backend, files, None, data_hash, scenario, dict(reference), base)
+    ref = dict(reference)
+    search = _Search(probes, spec, backend, files, None, data_hash, scenario, ref, base)
     still = unmoved(scenario, search.reference, base) if base and scenario.check_sql else None
     if not still:
         return None
@@ -220,7 +222,7 @@ def moving_probes(
         still = unmoved(scenario, ref, base)
         if not still:
             return []
-        run = _Search(probes, backend, files, python, data_hash, scenario, ref, base)
+        run = _Search(probes, spec, backend, files, python, data_hash, scenario, ref, base)
         searched = _searched(base, files, scenario)
         cache = MoveCache(probes.cache_dir() / "moving-probes", seed)
         name = (

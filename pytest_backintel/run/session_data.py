@@ -107,6 +107,10 @@ class SessionData:
         """Held while `probes_ahead` builds; the session's end takes it (`stop_ahead`) so no
         store is provisioned for a probe after the backends are torn down."""
         self._ahead_stopped = False
+        self._items_left: Counter[tuple[str, str, str]] = Counter()
+        """Items of this process not yet done, per (backend spec, world, snapshot)."""
+        self._datasets_done: set[tuple[str, str, str]] = set()
+        """Those whose last item is done: no probes built ahead for them."""
         self.reserved_cases: dict[str, set[str]] = {}
         """Every reserved case collected, per suite (a frozen run must take a suite whole)."""
         self.pipeline: TrialPipeline[ScenarioItem, tuple[TrialResult, str | None]] | None = None
@@ -193,11 +197,13 @@ class SessionData:
         with_python: bool,
         *,
         warm: bool = False,
+        ahead: bool = False,
         reference: Callable[[], Mapping[str, Any]] | None = None,
     ) -> list[DataProbe]:
         """The data probes of the scenario's dataset on its backend (built once, shared by
         concurrent trials), with those that move its `reference` answer where the usual ones
-        leave it (`probe_moves`); `warm` only starts building them in the background."""
+        leave it (`probe_moves`); `warm` only starts building them in the background, `ahead`
+        builds them unless they are released (`Probes.get`)."""
         python = evidence_runner(lambda: self.sandboxes) if with_python else None
         spec, (files, data_hash) = store_spec(scenario, self.options.store), self.dataset(scenario)
         if warm:
@@ -206,7 +212,7 @@ class SessionData:
             return []
         backend = self.store_for(scenario)
         if reference is None:
-            return self.probes.get(spec, backend, files, python, data_hash)
+            return self.probes.get(spec, backend, files, python, data_hash, ahead=ahead)
         args = (spec, backend, files, python, data_hash, scenario, reference)
         key = (scenario.dataset.world, scenario.dataset.snapshot)
         world = self._worlds[key][2] if key in self._worlds else world_for(scenario.dataset)
@@ -267,9 +273,43 @@ class SessionData:
         with self._ahead:
             with self._lock:
                 ready = self.backends.is_set_up(store_spec(scenario, self.options.store))
-            if ready and not self._ahead_stopped:
+            done = self._probe_key(scenario) in self._datasets_done
+            if ready and not self._ahead_stopped and not done:
                 with contextlib.suppress(Exception):
-                    self.probes_for(scenario, with_python=True)
+                    self.probes_for(scenario, with_python=True, ahead=True)
+
+    def _probe_key(self, scenario: Scenario) -> tuple[str, str, str]:
+        dataset = scenario.dataset
+        return store_spec(scenario, self.options.store), dataset.world, dataset.snapshot
+
+    def count_items(self, items: list[pytest.Item]) -> None:
+        """The items this process will run (after collection and deselection), counted per
+        dataset and backend: a dataset's probes are released after its last (`item_done`)."""
+        for item in items:
+            if isinstance(item, ScenarioItem):
+                self._items_left[self._probe_key(item.scenario)] += 1
+
+    def item_done(self, item: pytest.Item) -> None:
+        """At an item's teardown: after the last counted item of its dataset, that dataset's
+        probes are closed (once no running trial holds them: `Probes.using`)."""
+        if not isinstance(item, ScenarioItem):
+            return
+        key = self._probe_key(item.scenario)
+        with self._lock:
+            if self._items_left[key] == 0:  # not counted (or counted down already)
+                return
+            self._items_left[key] -= 1
+            if self._items_left[key]:
+                return
+            self._datasets_done.add(key)
+            built = self._worlds.get(key[1:])
+        if built is not None:
+            self.probes.release(key[0], str(built[0].parquet_dir))
+
+    def probes_in_use(self, scenario: Scenario) -> contextlib.AbstractContextManager[None]:
+        """Held while a trial of `scenario` runs: its dataset's probes are not closed."""
+        spec, files = store_spec(scenario, self.options.store), self.dataset(scenario)[0]
+        return self.probes.using(spec, str(files.parquet_dir))
 
     def stop_ahead(self) -> None:
         """No more probes built ahead; wait for one under way (the session is ending)."""

@@ -88,11 +88,12 @@ class SessionTrials(SessionData):
         store: ProvisionedStore,
         python: ItemPython | ScopedPython | None,
     ) -> tuple[TrialResult, str | None]:
-        """One trial in its trace span, unless the run budget is spent: (result, trace id)."""
+        """One trial in its trace span, unless the run budget is spent: (result, trace id);
+        its dataset's probes held meanwhile (`probes_in_use`)."""
         key, scenario = case_key(item.scenario.id, item.trial), item.scenario
         if self.analyst.kind == "model":  # the probes are built while the model thinks
             self.probes_for(scenario, python is not None, warm=True)
-        with self.tracing.trial(item.nodeid, key) as span:
+        with self.probes_in_use(scenario), self.tracing.trial(item.nodeid, key) as span:
             result = (
                 self.streak.gate(scenario, item.trial, store.display_id)
                 or self.budget.gate(scenario, item.trial, store.display_id)

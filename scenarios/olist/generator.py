@@ -10,6 +10,8 @@ Every random draw comes from one `numpy.random.Generator` seeded by the config.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -45,6 +47,11 @@ __all__ = [
     "OlistConfig",
     "generate",
 ]
+
+CACHED_CONFIGS = 4
+"""Configs whose tables a process keeps (`generate`): the Olist-based worlds share one."""
+_CACHE: OrderedDict[OlistConfig, dict[str, pl.DataFrame]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
 
 FMT = "%Y-%m-%d %H:%M:%S"
 
@@ -317,6 +324,18 @@ class _Builder:
 
 
 def generate(config: OlistConfig) -> dict[str, pl.DataFrame]:
+    """The eight Olist tables for `config`, generated once per process (the last
+    `CACHED_CONFIGS` kept); a new dict each call, of frames polars never changes in place."""
+    with _CACHE_LOCK:
+        if config not in _CACHE:
+            _CACHE[config] = _generate(config)
+        _CACHE.move_to_end(config)
+        while len(_CACHE) > CACHED_CONFIGS:
+            _CACHE.popitem(last=False)
+        return dict(_CACHE[config])
+
+
+def _generate(config: OlistConfig) -> dict[str, pl.DataFrame]:
     """The eight Olist tables for `config`; identical content for identical configs."""
     b = _Builder(config)
     people, person_of_order = make_people(b.rng, config.orders, b.ids)

@@ -40,6 +40,21 @@ class OnceMap(Generic[K, V]):
         """The value if it has been computed, without computing it."""
         return self._values.get(key)
 
+    def pop(self, key: K) -> V | None:
+        """Remove a key's value (waiting for a computation of it under way), if any: the next
+        caller of `get` computes it again."""
+        with self._guard:
+            lock = self._locks.get(key)
+        if lock is None:
+            return None
+        with lock:
+            return self._values.pop(key, None)
+
+    def asked(self) -> list[K]:
+        """Every key asked for so far (computed, under way or failed)."""
+        with self._guard:
+            return list(self._locks)
+
     def drain(self) -> list[V]:
         """Every computed value, removed from the map (for teardown)."""
         with self._guard:
