@@ -52,13 +52,13 @@ TABLES: dict[str, tuple[str, ...]] = {
 
 BUILD_PARTS = 32
 """`dbgen` parts per unit of scale factor, so a part is the same size at any scale: SF1 peaks
-at about 670 MB of resident memory in 32 parts, 800 MB in 16 (the same CPU)."""
+at about 680 MB of resident memory in 32 parts, 800 MB in 16 (the same CPU)."""
 BUILD_MEMORY = "200MB"
 """DuckDB's memory limit while building a part: what does not fit is spilled to disk."""
 BUILD_THREADS = 1
 """DuckDB's threads while building. A build runs beside the items that do not need it
-(`WorldBuilds.prefetch`), so one thread: SF1 then takes 35 s of CPU and peaks at 670 MB of
-resident memory (47 s and 510 MB when every table was generated whole into a DuckDB file and
+(`WorldBuilds.prefetch`), so one thread: SF1 then takes 35 s of CPU and peaks at 680 MB of
+resident memory (42 s and 510 MB when every table was generated whole into a DuckDB file and
 sorted twice, once for Parquet and once for SQLite)."""
 ROW_GROUP_ROWS = 122_880
 """Rows per Parquet row group (DuckDB's own, which the build used to write)."""
