@@ -4,10 +4,12 @@ oracles against check_sql on SQLite and, translated, on a lake store; committed 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from pytest_backintel.evidence.dialects import translate
@@ -114,14 +116,84 @@ def test_references_check_follows_the_scale_factor(
     assert not (tmp_path / "worlds").exists()
 
 
+def _sqlite_rows(path: Path, table: str) -> list[tuple[Any, ...]]:
+    """A SQLite table's rows in storage order, each value with its storage class."""
+    con = sqlite3.connect(path)
+    try:
+        names = [c[1] for c in con.execute(f"PRAGMA table_info({table})")]
+        typed = ", ".join(f"{n}, typeof({n})" for n in names)
+        return con.execute(f"SELECT {typed} FROM {table} ORDER BY rowid").fetchall()
+    finally:
+        con.close()
+
+
+def _sqlite_declared(path: Path) -> list[tuple[Any, ...]]:
+    con = sqlite3.connect(path)
+    try:
+        return con.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+    finally:
+        con.close()
+
+
 def test_build_has_every_table_in_key_order(tiny: DatasetFiles) -> None:
+    """Every table's rows are in primary-key order, in its Parquet file and in SQLite."""
     manifest = json.loads(tiny.extra["manifest"].read_text())
     assert manifest["tables"]["lineitem"] == 60175
     assert manifest["tables"]["region"] == 5
     assert sorted(tiny.tables) == sorted(TABLES)
-    orders = pl.read_parquet(tiny.parquet_dir / "orders.parquet")
-    assert orders["o_orderkey"].is_sorted()
+    sqlite_path = tiny.parquet_dir.parent / "tpch.sqlite"
+    for table, key in TABLES.items():
+        parquet_keys = pl.read_parquet(tiny.parquet_dir / f"{table}.parquet").select(key).rows()
+        assert parquet_keys == sorted(set(parquet_keys)), table
+        con = sqlite3.connect(sqlite_path)
+        sqlite_keys = con.execute(f"SELECT {', '.join(key)} FROM {table} ORDER BY rowid")
+        assert sqlite_keys.fetchall() == parquet_keys, table
+        con.close()
+        assert manifest["tables"][table] == len(parquet_keys)
     assert manifest["data_hash"] == TpchWorld().data_hash(tiny)
+
+
+def test_a_build_in_many_parts_is_the_build_in_one(
+    tiny: DatasetFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built in eight `dbgen` parts, each sorted and appended, SF0.01 has the rows, order,
+    data hash and SQLite file (declared types, indexes, storage classes) of its one-part
+    build, and its Parquet row groups are full across parts."""
+    from scenarios.tpch import build
+
+    monkeypatch.setattr(build, "BUILD_PARTS", 800)
+    monkeypatch.setattr(build, "ROW_GROUP_ROWS", 5000)
+    assert build.build_parts("0.01") == 8
+    parts = TpchWorld().ensure_built(tmp_path, SNAP)
+    assert parts.extra["manifest"].read_text() == tiny.extra["manifest"].read_text()
+    one, many = tiny.parquet_dir.parent / "tpch.sqlite", parts.parquet_dir.parent / "tpch.sqlite"
+    assert _sqlite_declared(many) == _sqlite_declared(one)
+    for table in TABLES:
+        file = parts.parquet_dir / f"{table}.parquet"
+        assert pl.read_parquet(file).equals(pl.read_parquet(tiny.parquet_dir / f"{table}.parquet"))
+        meta = pq.ParquetFile(file).metadata
+        groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert groups[:-1] == [5000] * (len(groups) - 1), table
+        assert 0 < groups[-1] <= 5000, table
+        assert _sqlite_rows(many, table) == _sqlite_rows(one, table), table
+
+
+def test_a_part_whose_keys_are_not_above_the_rows_written_is_refused(tmp_path: Path) -> None:
+    """`dbgen`'s parts are appended in key order; a part that would break it is refused."""
+    from scenarios.tpch.build import BuiltTables, KeyOrderError, connect, write_part
+
+    out = BuiltTables(tmp_path)
+    conn = connect(tmp_path / "spill")
+    try:
+        conn.execute(f"ATTACH '{tmp_path / 'tpch.sqlite'}' AS lite (TYPE sqlite)")
+        conn.execute("CALL dbgen(sf=0.01, children=2, step=1)")
+        write_part(conn, out)
+        conn.execute("CALL dbgen(sf=0.01, children=2, step=0)")
+        with pytest.raises(KeyOrderError, match="not above the last key written"):
+            write_part(conn, out)
+    finally:
+        out.close()
+        conn.close()
 
 
 def test_the_built_data_hash_is_kept_and_read_again_only_after_a_change(

@@ -6,11 +6,12 @@ and before looking up references (`scenarios/references/tpch-sf<sf>.json`).
 
 A build writes, under `<data dir>/worlds/tpch-sf<sf>/` and a file lock (like every world):
 `parquet/<table>.parquet` (the canonical form: TPC-H's own types, DECIMAL(15,2) money and DATE
-dates, rows in primary-key order), `tpch.sqlite` (the same tables through DuckDB's sqlite
-writer: money as REAL, dates as 'YYYY-MM-DD' text, unique indexes on the primary keys) and
-`world.json` last. The data hash is a logical one computed by DuckDB (per table: name, column
-types, row count and the sum of row hashes), since hashing millions of rows in Python would take
-minutes at SF1. The extensions load from their wheels; nothing is downloaded.
+dates, rows in primary-key order), `tpch.sqlite` (the same tables and order through DuckDB's
+sqlite writer: money as REAL, dates as 'YYYY-MM-DD' text, unique indexes on the primary keys)
+and `world.json` last; `scenarios/tpch/build.py` writes both, one `dbgen` part at a time. The
+data hash is a logical one computed by DuckDB (per table: name, column types, row count and the
+sum of row hashes), since hashing millions of rows in Python would take minutes at SF1. The
+extensions load from their wheels; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
@@ -29,26 +28,15 @@ import duckdb
 import polars as pl
 
 from scenarios.references import ReferencedWorld
+from scenarios.tpch.build import TABLES, build_tables, connect, index_sqlite
 from scenarios.world_base import COMPLETE_MARKER, Oracle, built_content_hash, keep_data_hash
 from stores.base import DatasetFiles
-from stores.engine.extensions import load_extensions
 
 __all__ = ["SF_ENV", "TABLES", "TpchWorld", "duckdb_data_hash", "scale_factor"]
 
 SF_ENV = "BACKINTEL_TPCH_SF"
 DEFAULT_SF = "1"
 _SNAPSHOT = re.compile(r"^sf(\d+(?:\.\d+)?)$")
-TABLES: dict[str, tuple[str, ...]] = {
-    "region": ("r_regionkey",),
-    "nation": ("n_nationkey",),
-    "supplier": ("s_suppkey",),
-    "customer": ("c_custkey",),
-    "part": ("p_partkey",),
-    "partsupp": ("ps_partkey", "ps_suppkey"),
-    "orders": ("o_orderkey",),
-    "lineitem": ("l_orderkey", "l_linenumber"),
-}
-"""Table -> primary key (also the row order of the canonical Parquet)."""
 
 
 def scale_factor(snapshot: str) -> str:
@@ -63,53 +51,6 @@ def scale_factor(snapshot: str) -> str:
             f"sf0.01, sf1 or sf10 (or set {SF_ENV} to a number for `base`)"
         )
     return match.group(1)
-
-
-DBGEN_STEPS = 4
-"""A build generates TPC-H in this many parts (dbgen's `children`/`step`: the same rows)."""
-BUILD_MEMORY = "200MB"
-"""DuckDB's memory limit while building into a file: what does not fit is spilled to disk."""
-BUILD_THREADS = 1
-"""DuckDB's threads while building. A build runs beside the items that do not need it
-(`WorldBuilds.prefetch`), so one thread: SF1 then peaks at about 500 MB of resident memory
-in 36 s of CPU, against 730 MB in 61 s with two threads (and 3 GB in memory alone)."""
-
-
-def _connect(database: Path | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB, or one building into `database` (spilling next to it)."""
-    conn = duckdb.connect(
-        str(database) if database is not None else ":memory:",
-        config={"autoload_known_extensions": "false", "autoinstall_known_extensions": "false"},
-    )
-    load_extensions(conn, ["tpch", "sqlite_scanner"])
-    if database is not None:
-        conn.execute(f"SET memory_limit = '{BUILD_MEMORY}'")
-        conn.execute(f"SET threads = {BUILD_THREADS}")
-        conn.execute(f"SET temp_directory = '{database.parent / 'spill'}'")
-        conn.execute("SET preserve_insertion_order = false")  # every copy is ORDER BY its key
-    return conn
-
-
-def _sqlite_columns(conn: duckdb.DuckDBPyConnection, table: str) -> str:
-    """The select list for the SQLite copy: DECIMAL as DOUBLE (SQLite would keep it as text)."""
-    cols = conn.execute(f"DESCRIBE {table}").fetchall()
-    return ", ".join(
-        f"CAST({c[0]} AS DOUBLE) AS {c[0]}" if str(c[1]).startswith("DECIMAL") else str(c[0])
-        for c in cols
-    )
-
-
-def _index_sqlite(path: Path) -> None:
-    """Unique indexes on the primary keys (and orders by customer), so SQLite check queries
-    join by index instead of building automatic indexes over millions of rows each time."""
-    con = sqlite3.connect(path)
-    try:
-        for table, key in TABLES.items():
-            con.execute(f"CREATE UNIQUE INDEX {table}_pk ON {table} ({', '.join(key)})")
-        con.execute("CREATE INDEX orders_custkey ON orders (o_custkey)")
-        con.commit()
-    finally:
-        con.close()
 
 
 def duckdb_data_hash(parquet_dir: Path) -> str:
@@ -155,7 +96,7 @@ class TpchWorld(ReferencedWorld):
 
     def generate(self, snapshot: str) -> dict[str, pl.DataFrame]:
         """The tables as polars frames (small scale factors only: everything is in memory)."""
-        conn = _connect()
+        conn = connect()
         try:
             conn.execute(f"CALL dbgen(sf={scale_factor(snapshot)})")
             return {t: conn.execute(f"SELECT * FROM {t}").pl() for t in TABLES}
@@ -167,32 +108,8 @@ class TpchWorld(ReferencedWorld):
         parquet = folder / "parquet"
         parquet.mkdir()
         sqlite_path = folder / f"{self.name}.sqlite"
-        conn = _connect(folder / "build.duckdb")
-        try:
-            for step in range(DBGEN_STEPS):  # a part of every table at a time: bounded memory
-                conn.execute(f"CALL dbgen(sf={sf}, children={DBGEN_STEPS}, step={step})")
-            conn.execute(f"ATTACH '{sqlite_path}' AS lite (TYPE sqlite)")
-            counts: dict[str, int] = {}
-            for table, key in TABLES.items():
-                order = ", ".join(key)
-                conn.execute(
-                    f"COPY (SELECT * FROM {table} ORDER BY {order}) TO "
-                    f"'{parquet / table}.parquet' (FORMAT parquet)"
-                )
-                conn.execute(
-                    f"CREATE TABLE lite.{table} AS SELECT {_sqlite_columns(conn, table)} "
-                    f"FROM {table} ORDER BY {order}"
-                )
-                row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
-                counts[table] = int(row[0]) if row else 0
-                conn.execute(f"DROP TABLE {table}")
-            conn.execute("DETACH lite")
-        finally:
-            conn.close()
-            for scratch in folder.glob("build.duckdb*"):
-                scratch.unlink()
-            shutil.rmtree(folder / "spill", ignore_errors=True)
-        _index_sqlite(sqlite_path)
+        counts = build_tables(sf, parquet, sqlite_path, folder / "spill")
+        index_sqlite(sqlite_path)
         digest = duckdb_data_hash(parquet)
         keep_data_hash(parquet, digest, self.fingerprint_method)
         manifest = {
