@@ -46,6 +46,10 @@ class StoreCapabilities:
     """The server the store needs running (None: embedded, nothing to start)."""
     denies_grants: bool = False
     """Whether a per-table read grant can be withheld (`DatasetFiles.denied`)."""
+    reads_sqlite_file: bool = True
+    """Whether `provision` reads a dataset's SQLite file (`DatasetFiles.sqlite_path`) when it
+    has one: a data probe's perturbed copy then comes with one, written once per machine; a
+    store that reads only the Parquet files (False) is spared writing it."""
 
     def rows(self) -> list[tuple[str, str]]:
         """(capability, value) pairs in declaration order, as `backintel stores` prints them."""
@@ -66,6 +70,7 @@ CAPABILITY_DOCS = {
     "dialect": "the SQL dialect the analyst writes",
     "server": "the server it needs (- : embedded)",
     "denies_grants": "a per-table read grant can be withheld",
+    "reads_sqlite_file": "reads a dataset's SQLite file (a probe's copy is written with one)",
 }
 
 

@@ -23,7 +23,10 @@ built world's copy is then written a batch of rows at a time (`perturb_stream`),
 memory, and `perturb_tables` applies the same plan to frames in memory.
 
 The copy is built once per source and salt as Parquet (under a file lock, renamed into place
-when complete) and provisioned through the same `Store` interface as the real copy.
+when complete) and provisioned through the same `Store` interface as the real copy. When the
+source has a SQLite file and the store reads one (`StoreCapabilities.reads_sqlite_file`), the
+copy gets one too, written once per machine: with the copy, or added to a copy built earlier
+for a store that did not need it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import hashlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from filelock import FileLock
 
 from pytest_backintel.evidence.perturb_plan import entity_key, plan_drops
 from pytest_backintel.evidence.perturb_stream import perturb_parquet
@@ -142,16 +147,33 @@ def _source_id(files: DatasetFiles, salt: int) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _build(files: DatasetFiles, folder: Path, salt: int, moving: tuple[str, ...] | None) -> None:
+def _build(
+    files: DatasetFiles, folder: Path, salt: int, moving: tuple[str, ...] | None, sqlite: bool
+) -> None:
     notes: list[str] = []
     perturb_parquet(files.parquet_dir, folder / "parquet", salt, notes, moving)
     for key, path in sorted(files.extra.items()):
         kind, _, alias = key.partition(":")
         if kind == "parquet":
             perturb_parquet(path, folder / f"parquet-{alias}", salt, notes, moving)
-    if files.sqlite_path is not None:  # the sqlite backend then copies it, as it copies worlds
-        build_from_parquet(sorted((folder / "parquet").glob("*.parquet")), folder / SQLITE_FILE)
+    if sqlite:
+        _write_sqlite(folder)
     write_done(folder, str(files.parquet_dir), salt, notes)
+
+
+def _write_sqlite(folder: Path) -> None:
+    """The copy's tables as one SQLite file, which the sqlite backend copies as it copies a
+    world's (built once per machine, not by every process's backend from the Parquet)."""
+    build_from_parquet(sorted((folder / "parquet").glob("*.parquet")), folder / SQLITE_FILE)
+
+
+def _add_sqlite(final: Path) -> None:
+    """Give a copy built without a SQLite file one (under the copy's lock; once)."""
+    if (final / SQLITE_FILE).is_file():
+        return
+    with FileLock(str(final) + ".lock"):
+        if not (final / SQLITE_FILE).is_file():
+            _write_sqlite(final)
 
 
 def notes_of(copy: DatasetFiles) -> list[str]:
@@ -200,12 +222,20 @@ def source_form(files: DatasetFiles) -> str | None:
 
 
 def perturb_dataset(
-    files: DatasetFiles, cache_dir: Path, salt: int = 1, moving: tuple[str, ...] | None = None
+    files: DatasetFiles,
+    cache_dir: Path,
+    salt: int = 1,
+    moving: tuple[str, ...] | None = None,
+    sqlite: bool = True,
 ) -> DatasetFiles:
     """The perturbed copy of `files` under `cache_dir`, built on first use (xdist-safe);
-    `moving` as in `perturb_tables` (its salt names the copy: `probe.moving_salt`)."""
+    `moving` as in `perturb_tables` (its salt names the copy: `probe.moving_salt`); with a
+    SQLite file when the source has one and `sqlite` (the store reads it)."""
     final = (
         cache_dir / f"{files.name}-{_source_id(files, salt)}{'-m' if moving is not None else ''}"
     )
-    build_once(cache_dir, final, lambda tmp: _build(files, tmp, salt, moving))
+    sqlite = sqlite and files.sqlite_path is not None
+    build_once(cache_dir, final, lambda tmp: _build(files, tmp, salt, moving, sqlite))
+    if sqlite:
+        _add_sqlite(final)
     return _files(files, final)

@@ -35,7 +35,8 @@ def probe_store(
 
     form = source_form(files)
     if form == "parquet":
-        copy = perturb_dataset(files, cache_dir, salt, moving)
+        sqlite = backend.capabilities.reads_sqlite_file
+        copy = perturb_dataset(files, cache_dir, salt, moving, sqlite)
         return backend.provision(copy), notes_of(copy)
     if form not in FILE_FORMS:
         raise ValueError(f"no perturbed copy can be made of {files.name!r} ({form})")

@@ -206,7 +206,11 @@ class ClickHouseServerStore(Store):
 
     name = "clickhouse-server"
     capabilities = StoreCapabilities(
-        sandbox_mount="none", read_only="role", dialect="clickhouse", server="ClickHouse"
+        sandbox_mount="none",
+        read_only="role",
+        dialect="clickhouse",
+        server="ClickHouse",
+        reads_sqlite_file=False,
     )
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:

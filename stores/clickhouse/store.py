@@ -233,7 +233,9 @@ class ClickHouseStore(Store):
     """Per-item databases in an embedded ClickHouse (chDB)."""
 
     name = "clickhouse"
-    capabilities = StoreCapabilities(sandbox_mount="none", read_only="policy", dialect="clickhouse")
+    capabilities = StoreCapabilities(
+        sandbox_mount="none", read_only="policy", dialect="clickhouse", reads_sqlite_file=False
+    )
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)

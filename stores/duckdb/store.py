@@ -59,7 +59,9 @@ class DuckDBStore(Store):
     """DuckDB database files built from Parquet, one copy per item."""
 
     name = "duckdb"
-    capabilities = StoreCapabilities(sandbox_mount="file", dialect="duckdb")
+    capabilities = StoreCapabilities(
+        sandbox_mount="file", dialect="duckdb", reads_sqlite_file=False
+    )
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedDuckDB:
         template = template_dir(

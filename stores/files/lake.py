@@ -35,7 +35,7 @@ class LakeParquetStore(Store):
     """Parquet files in a per-item folder, exposed as views."""
 
     name = "lake-parquet"
-    capabilities = StoreCapabilities(dialect="duckdb")
+    capabilities = StoreCapabilities(dialect="duckdb", reads_sqlite_file=False)
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         template = template_dir(

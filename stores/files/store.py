@@ -91,7 +91,7 @@ class FilesStore(Store):
     """One CSV file per table."""
 
     name = "files"
-    capabilities = StoreCapabilities(dialect="duckdb")
+    capabilities = StoreCapabilities(dialect="duckdb", reads_sqlite_file=False)
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         return _provision(self, dataset, json_every_second=False)
@@ -101,7 +101,7 @@ class FilesMixedStore(Store):
     """CSV for the 1st, 3rd, ... table by name, newline-delimited JSON for the others."""
 
     name = "files-mixed"
-    capabilities = StoreCapabilities(dialect="duckdb")
+    capabilities = StoreCapabilities(dialect="duckdb", reads_sqlite_file=False)
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         return _provision(self, dataset, json_every_second=True)
@@ -113,7 +113,7 @@ class CsvFolderStore(Store):
     when present, else detected by DuckDB."""
 
     name = "files"
-    capabilities = StoreCapabilities(dialect="duckdb")
+    capabilities = StoreCapabilities(dialect="duckdb", reads_sqlite_file=False)
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedViews:
         folder = dataset.extra.get("csv")

@@ -159,7 +159,9 @@ class IcebergS3Store(Store):
     """Each item gets its own warehouse prefix in an S3-compatible bucket."""
 
     name = "iceberg-s3"
-    capabilities = StoreCapabilities(dialect="duckdb", server="S3 (moto, or BACKINTEL_S3_ENDPOINT)")
+    capabilities = StoreCapabilities(
+        dialect="duckdb", server="S3 (moto, or BACKINTEL_S3_ENDPOINT)", reads_sqlite_file=False
+    )
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
         super().__init__(workdir, statement_timeout_s=statement_timeout_s)

@@ -119,7 +119,7 @@ class IcebergStore(Store):
     """Each item gets its own warehouse written through pyiceberg."""
 
     name = "iceberg"
-    capabilities = StoreCapabilities(dialect="duckdb")
+    capabilities = StoreCapabilities(dialect="duckdb", reads_sqlite_file=False)
 
     def provision(self, dataset: DatasetFiles) -> ProvisionedIceberg:
         store_id = new_store_id()

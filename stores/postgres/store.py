@@ -159,6 +159,7 @@ class PostgresStore(Store):
         dialect="postgres",
         server="PostgreSQL",
         denies_grants=True,
+        reads_sqlite_file=False,
     )
 
     def __init__(self, workdir: Path, *, statement_timeout_s: float | None = None) -> None:
