@@ -217,6 +217,17 @@ class World(ABC):
             extra={"manifest": folder / COMPLETE_MARKER},
         )
 
+    def ensure_parquet(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
+        """`ensure_built` for a caller that reads only the Parquet files: a world that writes
+        its SQLite file on demand (TPC-H) leaves it unwritten (`sqlite_path` None) until
+        `with_sqlite`."""
+        return self.ensure_built(data_dir, snapshot)
+
+    def with_sqlite(self, files: DatasetFiles) -> DatasetFiles:
+        """The built files with their SQLite file, written now by a world that writes it on
+        demand; a world that writes it with the build has it already."""
+        return files
+
     def ensure_built(self, data_dir: Path, snapshot: str = "base") -> DatasetFiles:
         """The snapshot's Parquet and SQLite files, building them first if absent.
 

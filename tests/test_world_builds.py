@@ -124,7 +124,7 @@ def test_a_world_says_how_long_its_build_takes_and_nothing_once_built(tmp_path: 
     from scenarios.world_base import COMPLETE_MARKER
 
     world = TpchWorld()
-    assert world.build_cost(tmp_path, "sf0.5") == 30.0
+    assert world.build_cost(tmp_path, "sf0.5") == 15.0
     folder = world.build_dir(tmp_path, "sf0.5")
     folder.mkdir(parents=True)
     (folder / COMPLETE_MARKER).write_text("{}")

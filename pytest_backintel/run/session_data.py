@@ -47,6 +47,7 @@ from pytest_backintel.sandbox.zygote import warm
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, ProvisionedStore, Store
 from stores.common.fingerprint_cache import use_folder
+from stores.registry import load_store_class
 
 if TYPE_CHECKING:
     from pytest_backintel.records.tracing import Tracing
@@ -242,13 +243,34 @@ class SessionData:
             if (source := user_source(scenario.dataset)) is not None:
                 check_name(self.__dict__.setdefault("_source_names", {}), source)
         built = self.worlds_ahead.get(key, lambda: self._build_world(scenario), world_label(key))
+        with_sqlite = getattr(built[2], "with_sqlite", None)  # a world that writes it on demand
+        if built[0].sqlite_path is None and with_sqlite and self._reads_sqlite(scenario):
+            files = self._worlds[key][0]
+            if files.sqlite_path is None:
+                files = with_sqlite(files)  # under the world's file lock
+                with self._lock:
+                    self._worlds[key] = (files, *built[1:])
+            return files, built[1]
         return built[:2]
+
+    def _reads_sqlite(self, scenario: Scenario) -> bool:
+        """Whether the scenario's store reads a dataset's SQLite file (its class's declaration:
+        nothing is set up here, which may be a short-lived thread building ahead); a store
+        that cannot be loaded is taken to read it (its own error comes when it is set up)."""
+        try:
+            store = load_store_class(store_spec(scenario, self.options.store))
+        except Exception:
+            return True
+        return bool(store.capabilities.reads_sqlite_file)
 
     def _build_world(self, scenario: Scenario) -> tuple[DatasetFiles, str, World]:
         key = (scenario.dataset.world, scenario.dataset.snapshot)
         with self._lock:
             world = world_for(scenario.dataset)
-        files = world.ensure_built(self.data_dir, snapshot=key[1])
+        build = getattr(world, "ensure_parquet", None)
+        if build is None or self._reads_sqlite(scenario):
+            build = world.ensure_built
+        files = build(self.data_dir, snapshot=key[1])
         built = self._worlds[key] = (files, world.data_hash(files), world)
         return built
 

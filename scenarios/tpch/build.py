@@ -1,5 +1,6 @@
 """TPC-H's build, streamed by parts: each `dbgen` part is sorted and appended to the Parquet
-files and the SQLite file, so no table is ever whole in memory nor sorted as a whole.
+files, so no table is ever whole in memory nor sorted as a whole. The SQLite file is written
+from the Parquet files afterwards (`write_sqlite`), when a store or a check first needs it.
 
 `dbgen`'s parts (`children`/`step`) hold the same rows as one call, and each part's keys lie
 above the previous part's in every table (region and nation are in the first parts only, the
@@ -36,6 +37,7 @@ __all__ = [
     "connect",
     "index_sqlite",
     "write_part",
+    "write_sqlite",
 ]
 
 TABLES: dict[str, tuple[str, ...]] = {
@@ -113,16 +115,6 @@ class ParquetAppender:
         self._writer.close()
 
 
-def _sqlite_columns(conn: duckdb.DuckDBPyConnection, table: str) -> str:
-    """The select list for the SQLite copy: DECIMAL as DOUBLE (SQLite would keep it as text);
-    DATE stays DATE, which DuckDB's SQLite writer stores as 'YYYY-MM-DD' text."""
-    cols = conn.execute(f"DESCRIBE {table}").fetchall()
-    return ", ".join(
-        f"CAST({c[0]} AS DOUBLE) AS {c[0]}" if str(c[1]).startswith("DECIMAL") else str(c[0])
-        for c in cols
-    )
-
-
 def _key(rows: pa.Table, key: tuple[str, ...], index: int) -> tuple[Any, ...]:
     return tuple(rows.column(column)[index].as_py() for column in key)
 
@@ -142,18 +134,10 @@ class BuiltTables:
 
 
 def _append_table(
-    conn: duckdb.DuckDBPyConnection,
-    lite: duckdb.DuckDBPyConnection,
-    out: BuiltTables,
-    table: str,
-    key: tuple[str, ...],
+    conn: duckdb.DuckDBPyConnection, out: BuiltTables, table: str, key: tuple[str, ...]
 ) -> None:
-    """Append the part's `table`, sorted by `key`, to its Parquet file and (through `lite`, a
-    cursor of `conn`) to its SQLite table, a row group at a time."""
-    columns = _sqlite_columns(lite, table)
-    if table not in out.counts:
-        lite.execute(f"CREATE TABLE lite.{table} AS SELECT {columns} FROM {table} LIMIT 0")
-        out.counts[table] = 0
+    """Append the part's `table`, sorted by `key`, to its Parquet file, a row group at a time."""
+    out.counts.setdefault(table, 0)
     order = ", ".join(key)
     reader = conn.execute(f"SELECT * FROM {table} ORDER BY {order}").to_arrow_reader(ROW_GROUP_ROWS)
     if table not in out.appenders:
@@ -169,45 +153,61 @@ def _append_table(
                 f"last key written {out.last_keys[table]}: its parts cannot just be appended"
             )
         out.appenders[table].append(rows)
-        lite.register("part_rows", rows)
-        lite.execute(f"INSERT INTO lite.{table} SELECT {columns} FROM part_rows")
-        lite.unregister("part_rows")
         out.last_keys[table] = _key(rows, key, len(rows) - 1)
         out.counts[table] += len(rows)
 
 
 def write_part(conn: duckdb.DuckDBPyConnection, out: BuiltTables) -> None:
-    """Append the `dbgen` part in `conn` to the Parquet files and to the SQLite file attached
-    as `lite` (one SQLite commit), each table sorted by its key; then drop its tables."""
-    lite = conn.cursor()
-    try:
-        lite.execute("BEGIN TRANSACTION")
-        for table, key in TABLES.items():
-            _append_table(conn, lite, out, table, key)
-        lite.execute("COMMIT")
-    finally:
-        lite.close()
+    """Append the `dbgen` part in `conn` to the Parquet files, each table sorted by its key;
+    then drop its tables."""
+    for table, key in TABLES.items():
+        _append_table(conn, out, table, key)
     for table in TABLES:
         conn.execute(f"DROP TABLE {table}")
 
 
-def build_tables(sf: str, parquet_dir: Path, sqlite_path: Path, spill: Path) -> dict[str, int]:
-    """Write every table of TPC-H at `sf` into `parquet_dir` and `sqlite_path`, one `dbgen`
-    part at a time (DuckDB spilling into `spill`, removed after); each table's row count."""
+def build_tables(sf: str, parquet_dir: Path, spill: Path) -> dict[str, int]:
+    """Write every table of TPC-H at `sf` into `parquet_dir`, one `dbgen` part at a time
+    (DuckDB spilling into `spill`, removed after); each table's row count."""
     parts = build_parts(sf)
     out = BuiltTables(parquet_dir)
     conn = connect(spill)
     try:
-        conn.execute(f"ATTACH '{sqlite_path}' AS lite (TYPE sqlite)")
         for step in range(parts):
             conn.execute(f"CALL dbgen(sf={sf}, children={parts}, step={step})")
             write_part(conn, out)
-        conn.execute("DETACH lite")
     finally:
         out.close()
         conn.close()
         shutil.rmtree(spill, ignore_errors=True)
     return out.counts
+
+
+def _sqlite_columns(conn: duckdb.DuckDBPyConnection, source: str) -> str:
+    """The select list for the SQLite file: DECIMAL as DOUBLE (SQLite would keep it as text);
+    DATE stays DATE, which DuckDB's SQLite writer stores as 'YYYY-MM-DD' text."""
+    cols = conn.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
+    return ", ".join(
+        f"CAST({c[0]} AS DOUBLE) AS {c[0]}" if str(c[1]).startswith("DECIMAL") else str(c[0])
+        for c in cols
+    )
+
+
+def write_sqlite(parquet_dir: Path, sqlite_path: Path, spill: Path) -> None:
+    """The tables of `parquet_dir` (in key order) as the SQLite file `sqlite_path`, through
+    DuckDB's SQLite writer on one thread in bounded memory, with `index_sqlite`'s indexes."""
+    conn = connect(spill)
+    try:
+        conn.execute(f"ATTACH '{sqlite_path}' AS lite (TYPE sqlite)")
+        for table in TABLES:
+            source = f"read_parquet('{(parquet_dir / f'{table}.parquet').resolve()}')"
+            columns = _sqlite_columns(conn, source)
+            conn.execute(f"CREATE TABLE lite.{table} AS SELECT {columns} FROM {source}")
+        conn.execute("DETACH lite")
+    finally:
+        conn.close()
+        shutil.rmtree(spill, ignore_errors=True)
+    index_sqlite(sqlite_path)
 
 
 def index_sqlite(path: Path) -> None:
