@@ -289,16 +289,25 @@ class SessionData:
 
     def probes_ahead(self, scenario: Scenario) -> None:
         """The data probes of the scenario's world, written ahead of the first trial that
-        re-runs evidence there, once an item has set its backend up (a server a backend
-        starts must not start in this short-lived thread); a failure is left for that trial
-        to report."""
+        re-runs evidence there: at once on an embedded backend (`capabilities.server` None),
+        else once an item has set its backend up (a server a backend starts must not start
+        in this short-lived thread); a failure is left for that trial to report."""
         with self._ahead:
+            spec = store_spec(scenario, self.options.store)
             with self._lock:
-                ready = self.backends.is_set_up(store_spec(scenario, self.options.store))
+                ready = self.backends.is_set_up(spec) or self._embedded(spec)
             done = self._probe_key(scenario) in self._datasets_done
             if ready and not self._ahead_stopped and not done:
                 with contextlib.suppress(Exception):
                     self.probes_for(scenario, with_python=True, ahead=True)
+
+    @staticmethod
+    def _embedded(spec: str) -> bool:
+        """Whether backend `spec` declares no server to start (safe to set up in any thread)."""
+        try:
+            return load_store_class(spec).capabilities.server is None
+        except Exception:  # its own error comes when an item sets it up
+            return False
 
     def _probe_key(self, scenario: Scenario) -> tuple[str, str, str]:
         dataset = scenario.dataset
