@@ -39,7 +39,12 @@ def test_the_parquet_files_alone_then_the_sqlite_file_as_a_whole_build_writes_it
     assert files.sqlite_path is None
     assert not (files.parquet_dir.parent / "tpch.sqlite").exists()
     assert world.ensure_parquet(tmp_path / "later", "sf0.01").sqlite_path is None
+    folder = files.parquet_dir.parent
+    (folder / ".tpch.sqlite.tmp-1").write_text("a killed writer's")
+    (folder / "spill-1").mkdir()
     added = world.with_sqlite(files)
+    left = [*folder.glob(".tpch.sqlite.tmp-*"), *folder.glob("spill-*")]
+    assert left == [], "what a killed writer left is removed"
     assert added.sqlite_path == files.parquet_dir.parent / "tpch.sqlite"
     written = added.sqlite_path.stat().st_mtime_ns
     assert world.with_sqlite(world.ensure_parquet(tmp_path / "later", "sf0.01")) == added

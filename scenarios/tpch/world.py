@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -134,8 +135,9 @@ class TpchWorld(ReferencedWorld):
         target = folder / f"{self.name}.sqlite"
         with FileLock(str(target) + ".lock"):
             if not target.is_file():
+                for dead in [*folder.glob(f".{target.name}.tmp-*"), *folder.glob("spill-*")]:
+                    shutil.rmtree(dead) if dead.is_dir() else dead.unlink()  # a killed writer's
                 tmp = folder / f".{target.name}.tmp-{os.getpid()}"
-                tmp.unlink(missing_ok=True)
                 try:
                     write_sqlite(files.parquet_dir, tmp, folder / f"spill-{os.getpid()}")
                     tmp.rename(target)
