@@ -46,6 +46,7 @@ from pytest_backintel.sandbox.registry import UnknownSandboxError, create_provid
 from pytest_backintel.sandbox.zygote import warm
 from pytest_backintel.scenario import Scenario
 from stores.base import DatasetFiles, ProvisionedStore, Store
+from stores.capabilities import StoreCapabilities
 from stores.common.fingerprint_cache import use_folder
 from stores.registry import load_store_class
 
@@ -108,6 +109,7 @@ class SessionData:
         """Held while `probes_ahead` builds; the session's end takes it (`stop_ahead`) so no
         store is provisioned for a probe after the backends are torn down."""
         self._ahead_stopped = False
+        self._capabilities: dict[str, StoreCapabilities | None] = {}
         self._items_left: Counter[tuple[str, str, str]] = Counter()
         """Items of this process not yet done, per (backend spec, world, snapshot)."""
         self._datasets_done: set[tuple[str, str, str]] = set()
@@ -253,15 +255,22 @@ class SessionData:
             return files, built[1]
         return built[:2]
 
+    def _declared(self, spec: str) -> StoreCapabilities | None:
+        """What backend `spec`'s class declares, without setting it up (this may be a
+        short-lived thread building ahead), once per spec; None when it cannot be loaded (its
+        own error comes when an item sets it up)."""
+        if spec not in self._capabilities:
+            try:
+                self._capabilities[spec] = load_store_class(spec).capabilities
+            except Exception:
+                self._capabilities[spec] = None
+        return self._capabilities[spec]
+
     def _reads_sqlite(self, scenario: Scenario) -> bool:
-        """Whether the scenario's store reads a dataset's SQLite file (its class's declaration:
-        nothing is set up here, which may be a short-lived thread building ahead); a store
-        that cannot be loaded is taken to read it (its own error comes when it is set up)."""
-        try:
-            store = load_store_class(store_spec(scenario, self.options.store))
-        except Exception:
-            return True
-        return bool(store.capabilities.reads_sqlite_file)
+        """Whether the scenario's store reads a dataset's SQLite file (one that cannot be
+        loaded is taken to)."""
+        caps = self._declared(store_spec(scenario, self.options.store))
+        return caps is None or caps.reads_sqlite_file
 
     def _build_world(self, scenario: Scenario) -> tuple[DatasetFiles, str, World]:
         key = (scenario.dataset.world, scenario.dataset.snapshot)
@@ -295,19 +304,12 @@ class SessionData:
         with self._ahead:
             spec = store_spec(scenario, self.options.store)
             with self._lock:
-                ready = self.backends.is_set_up(spec) or self._embedded(spec)
+                caps = self._declared(spec)  # embedded: no server to start, safe in any thread
+                ready = self.backends.is_set_up(spec) or (caps is not None and caps.server is None)
             done = self._probe_key(scenario) in self._datasets_done
             if ready and not self._ahead_stopped and not done:
                 with contextlib.suppress(Exception):
                     self.probes_for(scenario, with_python=True, ahead=True)
-
-    @staticmethod
-    def _embedded(spec: str) -> bool:
-        """Whether backend `spec` declares no server to start (safe to set up in any thread)."""
-        try:
-            return load_store_class(spec).capabilities.server is None
-        except Exception:  # its own error comes when an item sets it up
-            return False
 
     def _probe_key(self, scenario: Scenario) -> tuple[str, str, str]:
         dataset = scenario.dataset

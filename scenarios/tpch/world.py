@@ -135,8 +135,10 @@ class TpchWorld(ReferencedWorld):
         target = folder / f"{self.name}.sqlite"
         with FileLock(str(target) + ".lock"):
             if not target.is_file():
-                for dead in [*folder.glob(f".{target.name}.tmp-*"), *folder.glob("spill-*")]:
-                    shutil.rmtree(dead) if dead.is_dir() else dead.unlink()  # a killed writer's
+                for dead in folder.glob(f".{target.name}.tmp-*"):  # a killed writer's
+                    dead.unlink()
+                for spill in folder.glob("spill-*"):
+                    shutil.rmtree(spill)
                 tmp = folder / f".{target.name}.tmp-{os.getpid()}"
                 try:
                     write_sqlite(files.parquet_dir, tmp, folder / f"spill-{os.getpid()}")
