@@ -60,9 +60,17 @@ class BenchSession(SessionTrials):
         """Fail fast on a bad analyst; keep reserved scenarios out of unfrozen runs."""
         scenario_items = [i for i in items if isinstance(i, ScenarioItem | SealedCase)]
         if not scenario_items:
+            if self.summary_imports is not None:  # no summary: a test suite's session, whose
+                self.summary_imports.cancel()  # tests' imports (pytester's) it must not race
             return
         collect_only = self.config.option.collectonly
-        if not (collect_only and spec_kind(self.options.analyst) in ("calibration", "model")):
+        kind = spec_kind(self.options.analyst)
+        # the built-in calibration analyst cannot be a bad one: its worlds start building
+        # before it loads (Pydantic AI's import, single-threaded, seconds on a fresh install)
+        worlds_first = kind == "calibration" and not self.options.freeze
+        if worlds_first:
+            self.plan_trials(items)
+        if not (collect_only and kind in ("calibration", "model")):
             self.check_analyst()  # a built-in analyst is loaded only when items will run
         if not collect_only:
             for analyst, opts in analysts_of(self):
@@ -71,6 +79,12 @@ class BenchSession(SessionTrials):
             if self.is_controller and not (self.run_dir / "run.json").exists():
                 write_json(self.run_dir / "run.json", self._header)
         self.start_pipeline()
+        if not worlds_first:
+            self.plan_trials(items)
+
+    def plan_trials(self, items: list[pytest.Item]) -> None:
+        """Reserved cases kept out of an unfrozen run (or the frozen run's lock), then the
+        trials to run and their worlds built ahead (`select_trials`)."""
         if not self.options.freeze:
             self.reserved_note = guard_reserved(self.config, items)
         else:
