@@ -30,6 +30,7 @@ from pytest_backintel.run.matrix import matrix_summary
 from pytest_backintel.run.progress import Progress
 from pytest_backintel.run.scoped_python import ScopedPython
 from pytest_backintel.run.session import SESSION_KEY, BenchSession
+from pytest_backintel.run.unused_plugins import drop_unused_hypothesis
 from stores.base import ProvisionedStore
 
 MARKERS = {
@@ -135,7 +136,9 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     session.config.stash[SESSION_KEY].count_items(session.items)  # the items left to run
-    heap.freeze_after_collection(any(isinstance(i, ScenarioItem) for i in session.items))
+    benchmark = any(isinstance(i, ScenarioItem) for i in session.items)
+    drop_unused_hypothesis(session.config.pluginmanager, benchmark)
+    heap.freeze_after_collection(benchmark)
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)

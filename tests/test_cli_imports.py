@@ -2,7 +2,8 @@
 the heavy libraries (pyarrow, polars, numpy, DuckDB, Pydantic AI, pytest, pydantic); each
 subcommand's handler imports what it needs when it runs. Nor does a pytest process load what a
 model's first request does not need: the plugin no array library, the SQLite store no DuckDB,
-the session's start no backend's sweeper when nothing is stale."""
+the session's start no backend's sweeper when nothing is stale, a session of scenarios not
+Hypothesis (whose plugin would import it at the end)."""
 
 from __future__ import annotations
 
@@ -139,3 +140,69 @@ def test_a_session_start_with_nothing_stale_loads_no_sweeper(tmp_path: Path) -> 
     (tmp_path / "data" / "sandbox" / "999999999").mkdir(parents=True)  # no such process
     assert _imported(code, sweepers, env) == sorted(sweepers)
     assert not (tmp_path / "data" / "sandbox" / "999999999").exists()
+
+
+HYPOTHESIS_PROBE = """
+import json, sys
+import pytest
+
+seen = {}
+
+
+class Probe:
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, config):
+        seen["plugin"] = config.pluginmanager.get_plugin("hypothesispytest") is not None
+
+
+pytest.main(["--collect-only", "-q", "-p", "no:xdist", *json.loads(sys.argv[1])], plugins=[Probe()])
+print(json.dumps({"plugin": seen.get("plugin"), "imported": "hypothesis" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("with_given", [False, True], ids=["scenario-only", "with-a-given-test"])
+def test_hypothesis_is_imported_only_by_a_session_that_uses_it(
+    tmp_path: Path, with_given: bool
+) -> None:
+    """Hypothesis's plugin imports Hypothesis in its terminal summary (1 to 2 s of CPU) even
+    when no test used it: a session of scenarios unregisters it; one that collected a
+    `@given` test keeps it."""
+    given = tmp_path / "test_given.py"
+    given.write_text(
+        "from hypothesis import given, strategies\n\n\n"
+        "@given(strategies.integers())\ndef test_int(x):\n    pass\n"
+    )
+    paths = ["scenarios/definitions/level1/l1-delivered-orders.scenario.yaml"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            HYPOTHESIS_PROBE,
+            json.dumps([*paths, *([str(given)] if with_given else [])]),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen == {"plugin": with_given, "imported": with_given}, done.stdout
+
+
+def test_a_test_suites_session_imports_no_summary_library(tmp_path: Path) -> None:
+    """The run summary's libraries (scipy, statsmodels) are imported in the background only by
+    a session with benchmark items: in a test suite's session the import would land in the
+    middle of whatever test runs then, and a `pytester` test restores `sys.modules` after
+    itself, so numpy's C modules imported meanwhile could never load again in that process."""
+    (tmp_path / "test_plain.py").write_text(
+        "import time\n\n\ndef test_one():\n    pass\n\n\ndef test_two():\n    time.sleep(1)\n"
+    )
+    probe = (
+        "import json, sys, pytest\n"
+        f"pytest.main(['-q', '-p', 'no:xdist', {str(tmp_path / 'test_plain.py')!r}])\n"
+        "print(json.dumps(sorted(m for m in ('scipy', 'statsmodels') if m in sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    assert json.loads(done.stdout.splitlines()[-1]) == [], done.stdout
