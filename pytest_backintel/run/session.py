@@ -64,13 +64,7 @@ class BenchSession(SessionTrials):
                 self.summary_imports.cancel()  # tests' imports (pytester's) it must not race
             return
         collect_only = self.config.option.collectonly
-        kind = spec_kind(self.options.analyst)
-        # the built-in calibration analyst cannot be a bad one: its worlds start building
-        # before it loads (Pydantic AI's import, single-threaded, seconds on a fresh install)
-        worlds_first = kind == "calibration" and not self.options.freeze
-        if worlds_first:
-            self.plan_trials(items)
-        if not (collect_only and kind in ("calibration", "model")):
+        if not (collect_only and spec_kind(self.options.analyst) in ("calibration", "model")):
             self.check_analyst()  # a built-in analyst is loaded only when items will run
         if not collect_only:
             for analyst, opts in analysts_of(self):
@@ -79,12 +73,6 @@ class BenchSession(SessionTrials):
             if self.is_controller and not (self.run_dir / "run.json").exists():
                 write_json(self.run_dir / "run.json", self._header)
         self.start_pipeline()
-        if not worlds_first:
-            self.plan_trials(items)
-
-    def plan_trials(self, items: list[pytest.Item]) -> None:
-        """Reserved cases kept out of an unfrozen run (or the frozen run's lock), then the
-        trials to run and their worlds built ahead (`select_trials`)."""
         if not self.options.freeze:
             self.reserved_note = guard_reserved(self.config, items)
         else:
